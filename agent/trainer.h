@@ -1,0 +1,63 @@
+// One rank of a data-parallel training job: real LibTorch autograd, gradients
+// averaged over a c10d Gloo process group, per-step telemetry, fault hooks.
+// This header is free of LibTorch so that the agent's gRPC side compiles fast.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "firedrill/v1/agent.pb.h"
+#include "firedrill/v1/telemetry.pb.h"
+
+namespace firedrill::agent {
+
+struct StoreAddress {
+  std::string host;
+  int port = 0;
+};
+
+struct TrainerOptions {
+  v1::JobSpec job;
+  int rank = 0;
+  int64_t max_steps = 0;                  // steps this run; 0 = job.steps
+  uint64_t seed = 0;                      // session seed (data, init)
+  std::vector<v1::ResolvedFault> faults;  // this rank's, from the controller
+  // Rank 0 hosts the TCPStore: it binds `store_bind_host` on an ephemeral
+  // port and announces `store_advertise_host`:port through store_ready.
+  std::string store_bind_host = "127.0.0.1";
+  std::string store_advertise_host = "127.0.0.1";
+  std::function<void(const StoreAddress&)> store_ready;
+  // Ranks > 0 block here until rank 0's address is known (relayed by the
+  // controller); an error aborts the run.
+  std::function<StatusOr<StoreAddress>()> await_store;
+};
+
+class Trainer {
+ public:
+  static StatusOr<std::unique_ptr<Trainer>> Create(TrainerOptions opts);
+  ~Trainer();
+
+  // Joins the process group, broadcasts parameters from rank 0, trains until
+  // max_steps or until any rank sets `stop` (agreed across ranks through the
+  // gradient all-reduce, so every rank stops after the same step). Calls
+  // on_step once per step from the training thread. Errors name rank, step
+  // and the failing operation.
+  Status Run(const std::atomic<bool>& stop, const std::function<void(const v1::StepReport&)>& on_step);
+
+  // Steps completed so far.
+  int64_t steps_done() const;
+  // All parameters flattened, in registration order (for tests and probes).
+  std::vector<float> FlatParameters() const;
+
+ private:
+  struct Impl;
+  explicit Trainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace firedrill::agent

@@ -1,0 +1,56 @@
+#include "common/paths.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#ifndef FIREDRILL_SOURCE_DIR
+#define FIREDRILL_SOURCE_DIR ""
+#endif
+
+namespace firedrill {
+
+std::string DefaultStateDir() {
+  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg) {
+    return std::string(xdg) + "/firedrill";
+  }
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.local/share/firedrill";
+}
+
+std::string ExecutableDir() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  buf[n] = 0;
+  return std::filesystem::path(buf).parent_path().string();
+}
+
+std::string DefaultScenarioDir() {
+  if (const char* env = std::getenv("FIREDRILL_SCENARIOS"); env && *env) return env;
+  std::error_code ec;
+  std::string src = std::string(FIREDRILL_SOURCE_DIR) + "/scenarios";
+  if (std::string(FIREDRILL_SOURCE_DIR).size() && std::filesystem::is_directory(src, ec)) return src;
+  return ExecutableDir() + "/../share/firedrill/scenarios";
+}
+
+std::string DefaultControllerAddress() {
+  if (const char* env = std::getenv("FIREDRILL_CONTROLLER"); env && *env) return env;
+  return "127.0.0.1:50071";
+}
+
+bool MakeDirs(const std::string& path, std::string* err) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) {
+    if (err) *err = "cannot create directory " + path + ": " + ec.message();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace firedrill

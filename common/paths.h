@@ -1,0 +1,20 @@
+// Where firedrill keeps state and finds its binaries and scenario files.
+#pragma once
+
+#include <string>
+
+namespace firedrill {
+
+// $XDG_DATA_HOME/firedrill, or ~/.local/share/firedrill.
+std::string DefaultStateDir();
+// Directory holding the running executable (from /proc/self/exe).
+std::string ExecutableDir();
+// Scenario directory: $FIREDRILL_SCENARIOS, else the source tree's
+// scenarios/ (baked in at build time), else <exe>/../share/firedrill/scenarios.
+std::string DefaultScenarioDir();
+// Default controller address: $FIREDRILL_CONTROLLER or 127.0.0.1:50071.
+std::string DefaultControllerAddress();
+// mkdir -p; returns false and sets err on failure.
+bool MakeDirs(const std::string& path, std::string* err);
+
+}  // namespace firedrill

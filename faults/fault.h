@@ -1,0 +1,67 @@
+// The fault interface. The trainer calls a HookBus at fixed points of every
+// step; the bus forwards to the faults that are active on this rank at this
+// step. A fault kind only says what happens at a hook for one target: which
+// rank or host it hits and from which step is decided once, in targeting.cc
+// and hook_bus.cc, never in a kind.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "firedrill/v1/scenario.pb.h"
+
+namespace firedrill::faults {
+
+using Nanos = std::chrono::nanoseconds;
+
+// What a fault may do to the process beyond the hook arguments. Tests pass a
+// fake that records sleeps instead of sleeping.
+class Env {
+ public:
+  virtual ~Env() = default;
+  virtual void SleepFor(Nanos d) = 0;
+};
+Env& RealEnv();
+
+enum class ComputePhase { kForward, kBackward, kOptimizer };
+
+struct StepInfo {
+  int rank = 0;
+  int64_t step = 0;
+};
+
+struct ComputeInfo {
+  StepInfo at;
+  ComputePhase phase = ComputePhase::kForward;
+  Nanos elapsed{0};  // measured time of the phase on this rank
+};
+
+struct CollectiveInfo {
+  StepInfo at;
+  const char* op = "";  // "allreduce", "broadcast"
+  int64_t seq = 0;      // per-rank collective sequence number
+  int64_t bytes = 0;
+};
+
+struct CheckpointInfo {
+  StepInfo at;
+  std::string path;
+};
+
+class Fault {
+ public:
+  virtual ~Fault() = default;
+  virtual void OnStepBegin(const StepInfo&) {}
+  virtual void OnStepEnd(const StepInfo&) {}
+  virtual void OnBatchFetch(const StepInfo&) {}
+  virtual void AfterCompute(const ComputeInfo&) {}
+  virtual void BeforeCollective(const CollectiveInfo&) {}
+  virtual void AfterCollective(const CollectiveInfo&) {}
+  virtual void OnCheckpointWrite(const CheckpointInfo&) {}
+  virtual void OnCheckpointRead(const CheckpointInfo&) {}
+};
+
+}  // namespace firedrill::faults
