@@ -20,8 +20,11 @@ uint64_t HashLabel(std::string_view label) {
 
 int64_t DrawInt(uint64_t seed, std::string_view label, int64_t lo, int64_t hi) {
   if (hi <= lo) return lo;
-  const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
+  // Unsigned arithmetic: hi - lo overflows int64 for wide ranges, and the
+  // full int64 range wraps span to 0 (any 64-bit value is then a fair draw).
+  const uint64_t span = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) + 1;
   uint64_t x = SplitMix64(seed ^ SplitMix64(HashLabel(label)));
+  if (span == 0) return static_cast<int64_t>(x);
   // Rejection sampling keeps the draw unbiased for any span.
   const uint64_t limit = UINT64_MAX - UINT64_MAX % span;
   while (x >= limit) x = SplitMix64(x);

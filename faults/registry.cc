@@ -42,3 +42,24 @@ std::vector<std::string> FaultKindNames() {
 }
 
 }  // namespace firedrill::faults
+
+namespace firedrill::faults {
+
+const std::vector<std::string>& KnownCauses() {
+  static const std::vector<std::string> causes = {
+      "straggler",          "slow-link",           "data-loader-starvation", "collective-hang",
+      "rank-crash",         "fp16-overflow",       "lr-divergence",          "silent-divergence",
+      "grad-accumulation-bug", "corrupt-checkpoint", "resume-without-state", "padding-waste",
+      "out-of-memory",      "collective-timeout",  "small-buckets",
+  };
+  return causes;
+}
+
+bool IsKnownCause(const std::string& cause) {
+  for (const auto& c : KnownCauses()) {
+    if (c == cause) return true;
+  }
+  return false;
+}
+
+}  // namespace firedrill::faults

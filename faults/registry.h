@@ -30,3 +30,10 @@ const FaultKind* FindFaultKind(const std::string& name);
 std::vector<std::string> FaultKindNames();
 
 }  // namespace firedrill::faults
+
+namespace firedrill::faults {
+// The shared cause taxonomy a learner diagnoses from. Broader than the kinds
+// implemented so far, so the list itself gives nothing away.
+const std::vector<std::string>& KnownCauses();
+bool IsKnownCause(const std::string& cause);
+}  // namespace firedrill::faults

@@ -70,7 +70,8 @@ StatusOr<int> ResolveRankRef(const v1::RankRef& ref, const std::vector<v1::Resol
   if (s.rfind(prefix, 0) == 0 && s.size() > prefix.size() + suffix.size() &&
       s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0) {
     const std::string idx = s.substr(prefix.size(), s.size() - prefix.size() - suffix.size());
-    if (!idx.empty() && idx.find_first_not_of("0123456789") == std::string::npos) {
+    // The length cap keeps std::stoul from throwing on absurd indices.
+    if (!idx.empty() && idx.size() <= 9 && idx.find_first_not_of("0123456789") == std::string::npos) {
       const size_t i = std::stoul(idx);
       if (i < faults.size()) return faults[i].rank();
       return InvalidArgument("reference '" + s + "': the scenario has only " + std::to_string(faults.size()) +

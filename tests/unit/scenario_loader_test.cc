@@ -1,0 +1,307 @@
+#include "controller/scenario_loader.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace firedrill::controller {
+namespace {
+
+const std::string kShipped = std::string(FIREDRILL_SOURCE_DIR) + "/scenarios/straggler-basic.yaml";
+
+// A small valid scenario; tests break one line of it at a time, so expected
+// line numbers below refer to this text.
+const char* kGood = R"(id: t
+title: T
+briefing: B
+job:
+  world_size: 4
+  model: {kind: mlp, input_dim: 8, hidden: 16, layers: 2, num_classes: 3}
+  data: {batch_size: 8, num_workers: 0}
+  optim: {kind: sgd, lr: 0.1, momentum: 0.9}
+  precision: fp32
+  steps: 100
+  comm: {backend: gloo, bucket_mb: 25, timeout_s: 30}
+faults:
+  - kind: straggler
+    target: {host_of_rank: {draw: [0, 3]}}
+    trigger: {step: {draw: [10, 20]}}
+    params: {slowdown: 2.0}
+answer:
+  cause: straggler
+  culprit_ranks: [$faults.0.target.rank]
+remediations:
+  - actions: [{replace_host: $faults.0.target.rank}]
+verify: {warmup_steps: 2, window_steps: 10, throughput_vs_baseline_min: 0.85, rank_step_skew_max: 1.2}
+rubric: {cause: 40, culprit: 20, fix: 30, time: 10, time_budget_s: 600, hint_cost: 5}
+)";
+
+// kGood with the first occurrence of `from` replaced by `to`.
+std::string With(const std::string& from, const std::string& to) {
+  std::string s = kGood;
+  const auto at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return s.replace(at, from.size(), to);
+}
+
+std::string ErrorOf(const std::string& yaml) {
+  auto s = ParseScenario(yaml, "t.yaml");
+  EXPECT_FALSE(s.ok());
+  return s.ok() ? "" : s.status().message();
+}
+
+TEST(ScenarioLoader, ShippedStragglerScenarioLoads) {
+  auto s = LoadScenarioFile(kShipped);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->id(), "straggler-basic");
+  EXPECT_EQ(s->source_file(), kShipped);
+  EXPECT_EQ(s->job().world_size(), 4);
+  EXPECT_EQ(s->job().model().hidden(), 512);
+  EXPECT_EQ(s->job().comm().backend(), "gloo");
+  ASSERT_EQ(s->faults_size(), 1);
+  const auto& f = s->faults(0);
+  EXPECT_EQ(f.kind(), "straggler");
+  EXPECT_DOUBLE_EQ(f.straggler().slowdown(), 3.0);
+  EXPECT_EQ(f.target().host_of_rank().draw().lo(), 0);
+  EXPECT_EQ(f.target().host_of_rank().draw().hi(), 3);
+  EXPECT_EQ(f.trigger().step().draw().lo(), 30);
+  EXPECT_EQ(f.trigger().step().draw().hi(), 60);
+  ASSERT_EQ(s->answer().culprit_ranks_size(), 1);
+  EXPECT_EQ(s->answer().culprit_ranks(0).ref(), "$faults.0.target.rank");
+  EXPECT_EQ(s->remediations(0).actions(0).replace_host().ref(), "$faults.0.target.rank");
+  EXPECT_GE(s->hints_size(), 2);
+  EXPECT_TRUE(std::filesystem::exists(std::string(FIREDRILL_SOURCE_DIR) + "/" + s->runbook()));
+  EXPECT_TRUE(ValidateScenario(*s, "x").ok());
+}
+
+TEST(ScenarioLoader, ShippedDirectoryLoads) {
+  auto all = LoadScenarioDir(std::string(FIREDRILL_SOURCE_DIR) + "/scenarios");
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  ASSERT_FALSE(all->empty());
+  for (std::size_t i = 1; i < all->size(); ++i) EXPECT_LT((*all)[i - 1].id(), (*all)[i].id());
+}
+
+TEST(ScenarioLoader, GoodTextParsesWithScalarsAndLiterals) {
+  auto s = ParseScenario(With("culprit_ranks: [$faults.0.target.rank]", "culprit_ranks: [2]"), "t.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->answer().culprit_ranks(0).rank(), 2);
+  EXPECT_EQ(s->source_file(), "t.yaml");
+  auto v = ParseScenario(With("{step: {draw: [10, 20]}}", "{step: 15}"), "t.yaml");
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  EXPECT_EQ(v->faults(0).trigger().step().value(), 15);
+  // `params` may come before the `kind` that routes it.
+  const std::string old_params = "    params: {slowdown: 2.0}\n";
+  std::string text = With("  - kind: straggler\n", "  - params: {slowdown: 4}\n    kind: straggler\n");
+  text.erase(text.find(old_params), old_params.size());
+  auto p = ParseScenario(text, "t.yaml");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_DOUBLE_EQ(p->faults(0).straggler().slowdown(), 4.0);
+}
+
+TEST(ScenarioLoader, UnknownKeyListsKnownKeysAtItsLine) {
+  EXPECT_EQ(ErrorOf(With("  precision: fp32", "  precison: fp32")),
+            "t.yaml:9:3: job: unknown key 'precison'; known keys: world_size, model, data, optim, precision, "
+            "steps, checkpoint, comm, threads_per_rank");
+  EXPECT_EQ(ErrorOf(With("id: t", "id: t\nsource_file: x")),
+            "t.yaml:2:1: 'source_file' is set by the loader, not in the file");
+}
+
+TEST(ScenarioLoader, WrongTypeNamesPathAndPosition) {
+  EXPECT_EQ(ErrorOf(With("hidden: 16", "hidden: abc")),
+            "t.yaml:6:44: job.model.hidden: expected an integer, got 'abc'");
+  EXPECT_EQ(ErrorOf(With("lr: 0.1", "lr: fast")), "t.yaml:8:26: job.optim.lr: expected a number, got 'fast'");
+  EXPECT_EQ(ErrorOf(With("steps: 100", "steps: 10x")),
+            "t.yaml:10:10: job.steps: expected an integer, got '10x'");
+  EXPECT_EQ(ErrorOf(With("  world_size: 4", "  world_size: [4]")),
+            "t.yaml:5:15: job.world_size: expected an integer, got a sequence");
+  EXPECT_EQ(ErrorOf(With("briefing: B", "briefing: B\nskills: abc")),
+            "t.yaml:4:9: skills: expected a sequence ([a, b] or - items), got 'abc'");
+  EXPECT_EQ(ErrorOf(With("  comm: {backend: gloo, bucket_mb: 25, timeout_s: 30}", "  comm: gloo")),
+            "t.yaml:11:9: job.comm: expected a mapping (key: value), got 'gloo'");
+  EXPECT_EQ(ErrorOf(With("{step: {draw: [10, 20]}}", "{step: {draw: [10, x]}}")),
+            "t.yaml:15:33: faults[0].trigger.step.draw[1]: expected an integer, got 'x'");
+}
+
+TEST(ScenarioLoader, BadDraw) {
+  EXPECT_EQ(ErrorOf(With("draw: [10, 20]", "draw: [20, 10]")),
+            "t.yaml:15:28: faults[0].trigger.step.draw: lo (20) must be <= hi (10)");
+  EXPECT_EQ(ErrorOf(With("draw: [10, 20]", "draw: [10, 20, 30]")),
+            "t.yaml:15:28: faults[0].trigger.step.draw: expected [lo, hi] with exactly two integers, got 3 "
+            "item(s)");
+  EXPECT_EQ(ErrorOf(With("draw: [0, 3]", "draw: [0, 4]")),
+            "t.yaml:14:39: faults[0].target.host_of_rank.draw[1]: must be in 0..3, got 4");
+  EXPECT_EQ(ErrorOf(With("{step: {draw: [10, 20]}}", "{step: {pick: [10, 20]}}")),
+            "t.yaml:15:22: faults[0].trigger.step: unknown key 'pick'; known keys: draw");
+}
+
+TEST(ScenarioLoader, UnknownFaultKindListsKnownKinds) {
+  EXPECT_EQ(ErrorOf(With("kind: straggler", "kind: gremlin")),
+            "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler");
+  std::string no_params = With("    params: {slowdown: 2.0}\n", "");
+  EXPECT_EQ(ErrorOf(no_params.replace(no_params.find("kind: straggler"), 15, "kind: gremlin")),
+            "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler");
+}
+
+TEST(ScenarioLoader, FaultParamsAreValidatedByTheKind) {
+  EXPECT_EQ(ErrorOf(With("    params: {slowdown: 2.0}\n", "")),
+            "t.yaml:13:5: faults[0].params: is required for kind 'straggler'");
+  EXPECT_EQ(ErrorOf(With("slowdown: 2.0", "slowdown: 0.5")),
+            "t.yaml:16:24: faults[0]: params.slowdown must be in (1, 20], got 0.500000");
+  EXPECT_EQ(ErrorOf(With("slowdown: 2.0", "slowdwn: 2.0")),
+            "t.yaml:16:14: faults[0].params: unknown key 'slowdwn'; known keys: slowdown");
+}
+
+TEST(ScenarioLoader, OneofAlternativesAreExclusive) {
+  EXPECT_EQ(ErrorOf(With("{host_of_rank: {draw: [0, 3]}}", "{host_of_rank: 1, rank: 2}")),
+            "t.yaml:14:31: faults[0].target.rank: 'host_of_rank' and 'rank' are alternatives; give only one");
+}
+
+TEST(ScenarioLoader, RankReferences) {
+  EXPECT_EQ(
+      ErrorOf(With("culprit_ranks: [$faults.0.target.rank]", "culprit_ranks: [$faults.1.target.rank]")),
+      "t.yaml:19:19: answer.culprit_ranks[0]: reference '$faults.1.target.rank': the scenario has only 1 "
+      "fault(s)");
+  EXPECT_EQ(ErrorOf(With("culprit_ranks: [$faults.0.target.rank]", "culprit_ranks: [$faults.0.host]")),
+            "t.yaml:19:19: answer.culprit_ranks[0]: reference '$faults.0.host' is not of the form "
+            "$faults.<index>.target.rank");
+  EXPECT_EQ(ErrorOf(With("[{replace_host: $faults.0.target.rank}]", "[{replace_host: 4}]")),
+            "t.yaml:21:30: remediations[0].actions[0].replace_host: must be in 0..3, got 4");
+  EXPECT_EQ(ErrorOf(With("[{replace_host: $faults.0.target.rank}]", "[{replace_host: node7}]")),
+            "t.yaml:21:30: remediations[0].actions[0].replace_host: expected a rank (an integer >= 0) or a "
+            "reference like $faults.0.target.rank, got 'node7'");
+}
+
+TEST(ScenarioLoader, SetRemediationIsCheckedLikeAFix) {
+  EXPECT_TRUE(ParseScenario(With("[{replace_host: $faults.0.target.rank}]",
+                                 "[{set: {key: data.batch_size, value: '16'}}]"),
+                            "t.yaml")
+                  .ok());
+  EXPECT_EQ(
+      ErrorOf(With("[{replace_host: $faults.0.target.rank}]", "[{set: {key: data.size, value: '16'}}]")),
+      "t.yaml:21:21: remediations[0].actions[0].set: unknown setting 'data.size'; known settings: "
+      "checkpoint.every, comm.backend, comm.bucket_mb, comm.timeout_s, data.batch_size, data.num_workers, "
+      "data.seed, model.hidden, model.input_dim, model.kind, model.layers, model.num_classes, optim.kind, "
+      "optim.lr, optim.momentum, precision, steps, threads_per_rank, world_size");
+}
+
+TEST(ScenarioLoader, YamlSyntaxErrorHasLine) {
+  EXPECT_EQ(
+      ErrorOf(With("  data: {batch_size: 8, num_workers: 0}", "  data: {batch_size: 8, num_workers: 0")),
+      "t.yaml:8:8: YAML syntax error: end of map flow not found");
+  EXPECT_EQ(ErrorOf(With("title: T", "title: T\nid: u")),
+            "t.yaml:3:1: id: duplicate key 'id' (first given at line 1)");
+  EXPECT_EQ(ErrorOf(""), "t.yaml: the scenario file is empty");
+  EXPECT_EQ(ErrorOf("- a\n- b\n"), "t.yaml:1:1: expected a mapping at the top level, got a sequence");
+}
+
+TEST(ScenarioLoader, MissingOrBadRequiredFields) {
+  EXPECT_EQ(ErrorOf(With("id: t", "id: ''")), "t.yaml:1:5: id: is required");
+  EXPECT_EQ(ErrorOf(With("id: t\n", "")), "t.yaml: id: is required");
+  EXPECT_EQ(ErrorOf(With("id: t", "id: Straggler_1")),
+            "t.yaml:1:5: id: must use only a-z, 0-9 and '-', got 'Straggler_1'");
+  EXPECT_EQ(ErrorOf(With("  cause: straggler\n", "")), "t.yaml:18:3: answer.cause: is required");
+  EXPECT_EQ(ErrorOf(With("cause: straggler", "cause: gremlins"))
+                .rfind("t.yaml:18:10: answer.cause: unknown cause 'gremlins'; known causes: straggler, ", 0),
+            0u);
+  EXPECT_EQ(ErrorOf(With("kind: mlp, ", "")), "t.yaml:6:10: job.model.kind: must be one of mlp, got ''");
+  EXPECT_EQ(ErrorOf(With("  world_size: 4", "  world_size: 65")),
+            "t.yaml:5:15: job.world_size: must be in 1..64, got 65");
+  EXPECT_EQ(ErrorOf(With("window_steps: 10", "window_steps: 0")),
+            "t.yaml:22:41: verify.window_steps: must be >= 1, got 0");
+}
+
+TEST(ScenarioLoader, ValidateScenarioPrefixesWhere) {
+  auto s = ParseScenario(kGood, "t.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  s->mutable_job()->set_world_size(2);  // the draw [0, 3] no longer fits
+  Status st = ValidateScenario(*s, "t.yaml");
+  EXPECT_EQ(st.message(), "t.yaml: faults[0].target.host_of_rank.draw[1]: must be in 0..1, got 3");
+}
+
+TEST(ScenarioLoader, DirectoryRejectsDuplicateIds) {
+  const auto dir = std::filesystem::temp_directory_path() / ("fd_scn_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "a.yaml") << kGood;
+  std::ofstream(dir / "b.yml") << kGood;
+  std::ofstream(dir / "notes.txt") << "ignored";
+  auto all = LoadScenarioDir(dir.string());
+  ASSERT_FALSE(all.ok());
+  EXPECT_EQ(all.status().message(), (dir / "b.yml").string() + ": duplicate scenario id 't', also used by " +
+                                        (dir / "a.yaml").string());
+  std::filesystem::remove(dir / "b.yml");
+  all = LoadScenarioDir(dir.string());
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  EXPECT_EQ(all->size(), 1u);
+  std::filesystem::remove_all(dir);
+}
+
+// --- firedrill fix --set ------------------------------------------------------
+
+v1::JobSpec GoodJob() {
+  auto s = ParseScenario(kGood, "t.yaml");
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  return s.ok() ? s->job() : v1::JobSpec();
+}
+
+TEST(ApplyJobSetting, SetsLeavesByPath) {
+  v1::JobSpec job = GoodJob();
+  ASSERT_TRUE(ApplyJobSetting(&job, "data.batch_size", "32").ok());
+  EXPECT_EQ(job.data().batch_size(), 32);
+  ASSERT_TRUE(ApplyJobSetting(&job, "comm.timeout_s", "120.5").ok());
+  EXPECT_DOUBLE_EQ(job.comm().timeout_s(), 120.5);
+  ASSERT_TRUE(ApplyJobSetting(&job, "checkpoint.every", "50").ok());
+  EXPECT_EQ(job.checkpoint().every(), 50);
+  ASSERT_TRUE(ApplyJobSetting(&job, "comm.backend", "gloo").ok());
+  EXPECT_EQ(job.comm().backend(), "gloo");
+}
+
+TEST(ApplyJobSetting, UnknownKeyListsKnownSettings) {
+  v1::JobSpec job = GoodJob();
+  Status st = ApplyJobSetting(&job, "data", "1");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message().rfind("unknown setting 'data'; known settings: checkpoint.every, comm.backend, ", 0),
+            0u)
+      << st.message();
+  const auto keys = JobSettingKeys();
+  EXPECT_TRUE(std::is_sorted(keys.begin(), keys.end()));
+  EXPECT_EQ(keys.size(), 19u);
+}
+
+TEST(ApplyJobSetting, BadValueNamesType) {
+  v1::JobSpec job = GoodJob();
+  EXPECT_EQ(ApplyJobSetting(&job, "data.batch_size", "32x").message(),
+            "setting 'data.batch_size': expected an integer, got '32x'");
+  EXPECT_EQ(ApplyJobSetting(&job, "data.batch_size", " 32").message(),
+            "setting 'data.batch_size': expected an integer, got ' 32'");
+  EXPECT_EQ(ApplyJobSetting(&job, "data.batch_size", "99999999999").message(),
+            "setting 'data.batch_size': expected an integer, got '99999999999'");
+  EXPECT_EQ(ApplyJobSetting(&job, "optim.lr", "nan").message(),
+            "setting 'optim.lr': expected a number, got 'nan'");
+  EXPECT_EQ(job.data().batch_size(), 8);
+}
+
+TEST(ApplyJobSetting, InvalidResultIsRolledBack) {
+  v1::JobSpec job = GoodJob();
+  const std::string before = job.SerializeAsString();
+  Status st = ApplyJobSetting(&job, "data.batch_size", "0");
+  EXPECT_EQ(st.message(), "setting data.batch_size=0 rejected: data.batch_size: must be in 1..4096, got 0");
+  EXPECT_EQ(job.SerializeAsString(), before);
+  st = ApplyJobSetting(&job, "comm.backend", "nccl");
+  EXPECT_EQ(st.message(),
+            "setting comm.backend=nccl rejected: comm.backend: must be one of gloo, got 'nccl'");
+  EXPECT_EQ(job.comm().backend(), "gloo");
+}
+
+TEST(ValidateJob, PrefixesWhere) {
+  v1::JobSpec job = GoodJob();
+  job.mutable_optim()->set_momentum(1.0);
+  EXPECT_EQ(ValidateJob(job, "job").message(), "job: optim.momentum: must be in [0, 1), got 1");
+  EXPECT_TRUE(ValidateJob(GoodJob(), "job").ok());
+}
+
+}  // namespace
+}  // namespace firedrill::controller
