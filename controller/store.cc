@@ -1,1 +1,600 @@
-// placeholder: being written
+#include "controller/store.h"
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "common/log.h"
+#include "common/paths.h"
+
+namespace firedrill::controller {
+namespace {
+
+constexpr int kSchemaVersion = 1;
+
+// Foreign keys make a row for an unknown session fail loudly instead of
+// leaving orphans that no session will ever show. session_id is indexed on
+// every child table because every read filters on it.
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS sessions (
+  id TEXT PRIMARY KEY,
+  scenario_id TEXT NOT NULL,
+  seed INTEGER,
+  state TEXT NOT NULL,
+  created_unix_ms INTEGER,
+  updated_unix_ms INTEGER,
+  world_size INTEGER,
+  total_score INTEGER,
+  record BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  session_id TEXT NOT NULL REFERENCES sessions(id),
+  unix_ms INTEGER,
+  kind TEXT,
+  rank INTEGER,
+  message TEXT
+);
+CREATE INDEX IF NOT EXISTS events_session ON events(session_id);
+CREATE TABLE IF NOT EXISTS diagnoses (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  session_id TEXT NOT NULL REFERENCES sessions(id),
+  unix_ms INTEGER,
+  cause TEXT,
+  culprit_ranks TEXT,
+  note TEXT
+);
+CREATE INDEX IF NOT EXISTS diagnoses_session ON diagnoses(session_id);
+CREATE TABLE IF NOT EXISTS fixes (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  session_id TEXT NOT NULL REFERENCES sessions(id),
+  unix_ms INTEGER,
+  replace_host_ranks TEXT,
+  settings TEXT,
+  request BLOB
+);
+CREATE INDEX IF NOT EXISTS fixes_session ON fixes(session_id);
+CREATE TABLE IF NOT EXISTS scores (
+  session_id TEXT PRIMARY KEY REFERENCES sessions(id),
+  unix_ms INTEGER,
+  total INTEGER,
+  max_total INTEGER,
+  report BLOB
+);
+)sql";
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Maps a SQLite result code to the Status code a caller can act on: a busy
+// database is worth retrying, a corrupt one is data loss, a file that cannot
+// be opened or written is an environment problem the operator must fix.
+StatusCode CodeFor(int rc) {
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return StatusCode::kUnavailable;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return StatusCode::kDataLoss;
+    case SQLITE_CANTOPEN:
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+    case SQLITE_AUTH:
+    case SQLITE_CONSTRAINT:
+      return StatusCode::kFailedPrecondition;
+    default:
+      return StatusCode::kInternal;
+  }
+}
+
+// Owns one prepared statement; finalized on every path out of a call.
+class Stmt {
+ public:
+  Stmt() = default;
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  sqlite3_stmt** out() { return &stmt_; }
+  sqlite3_stmt* get() const { return stmt_; }
+
+  // A failed bind leaves the parameter NULL; the first failure is kept and
+  // reported when the statement runs, so no row is written half-bound.
+  void BindText(int i, const std::string& s) {
+    Keep(sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT));
+  }
+  // std::string::data() is never null, so an empty value binds as an empty
+  // blob rather than NULL (which the NOT NULL columns would reject).
+  void BindBlob(int i, const std::string& s) {
+    Keep(sqlite3_bind_blob(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT));
+  }
+  void BindInt(int i, int64_t v) { Keep(sqlite3_bind_int64(stmt_, i, v)); }
+  int bind_rc() const { return bind_rc_; }
+
+  std::string Text(int col) const {
+    const auto* p = sqlite3_column_text(stmt_, col);
+    return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(stmt_, col)) : "";
+  }
+  std::string Blob(int col) const {
+    const void* p = sqlite3_column_blob(stmt_, col);
+    return p ? std::string(static_cast<const char*>(p), sqlite3_column_bytes(stmt_, col)) : "";
+  }
+  int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
+
+ private:
+  void Keep(int rc) {
+    if (bind_rc_ == SQLITE_OK) bind_rc_ = rc;
+  }
+  sqlite3_stmt* stmt_ = nullptr;
+  int bind_rc_ = SQLITE_OK;
+};
+
+std::string RanksJson(const google::protobuf::RepeatedField<int32_t>& ranks) {
+  nlohmann::json j = nlohmann::json::array();
+  for (int32_t r : ranks) j.push_back(r);
+  return j.dump();
+}
+
+// Parses a JSON array of integers written by RanksJson.
+bool ParseRanksJson(const std::string& text, google::protobuf::RepeatedField<int32_t>* out) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_array()) return false;
+  for (const auto& v : j) {
+    if (!v.is_number_integer()) return false;
+    out->Add(v.get<int32_t>());
+  }
+  return true;
+}
+
+// Per-call context: the database and its path, so that every error names
+// the file, the step that failed ("insert event") and SQLite's reason.
+struct Ctx {
+  sqlite3* db;
+  const std::string& path;
+
+  Status Err(const std::string& what, int rc) const {
+    return Status(CodeFor(rc), "store " + path + ": " + what + ": " + sqlite3_errmsg(db));
+  }
+  // After a failed bind, sqlite3_errmsg may already have been reset by a
+  // later successful bind, so the code's own text is used.
+  Status BindErr(const std::string& what, int rc) const {
+    return Status(CodeFor(rc), "store " + path + ": " + what + ": bind: " + sqlite3_errstr(rc));
+  }
+  Status Prepare(Stmt* s, const char* sql, const std::string& what) const {
+    int rc = sqlite3_prepare_v2(db, sql, -1, s->out(), nullptr);
+    return rc == SQLITE_OK ? Status::Ok() : Err(what, rc);
+  }
+  // Steps a statement that returns no rows.
+  Status Run(Stmt* s, const std::string& what) const {
+    if (s->bind_rc() != SQLITE_OK) return BindErr(what, s->bind_rc());
+    int rc = sqlite3_step(s->get());
+    return rc == SQLITE_DONE ? Status::Ok() : Err(what, rc);
+  }
+  // Steps a statement that returns rows: true with a row, false when done.
+  StatusOr<bool> Next(Stmt* s, const std::string& what) const {
+    if (s->bind_rc() != SQLITE_OK) return BindErr(what, s->bind_rc());
+    int rc = sqlite3_step(s->get());
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return Err(what, rc);
+  }
+  Status Exec(const char* sql, const std::string& what) const {
+    char* msg = nullptr;
+    int rc = sqlite3_exec(db, sql, nullptr, nullptr, &msg);
+    std::string text = msg ? msg : sqlite3_errstr(rc);
+    sqlite3_free(msg);
+    if (rc == SQLITE_OK) return Status::Ok();
+    return Status(CodeFor(rc), "store " + path + ": " + what + ": " + text);
+  }
+};
+
+// One transaction per public call. Writes take the write lock up front
+// (IMMEDIATE) so that busy_timeout applies at BEGIN: a deferred transaction
+// that upgrades to a writer mid-way can fail at once with SQLITE_BUSY in WAL
+// mode. Anything not committed is rolled back on scope exit.
+class Txn {
+ public:
+  Txn(const Ctx& c, bool write) : c_(c), write_(write) {}
+  ~Txn() {
+    if (open_) sqlite3_exec(c_.db, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  Status Begin() {
+    FD_RETURN_IF_ERROR(c_.Exec(write_ ? "BEGIN IMMEDIATE" : "BEGIN", "begin transaction"));
+    open_ = true;
+    return Status::Ok();
+  }
+  // The call's data is durable (synchronous=FULL) once this returns OK.
+  Status Commit() {
+    FD_RETURN_IF_ERROR(c_.Exec("COMMIT", "commit"));
+    open_ = false;
+    return Status::Ok();
+  }
+
+ private:
+  const Ctx& c_;
+  bool write_;
+  bool open_ = false;
+};
+
+// A failed foreign key on a child row means the caller named a session that
+// was never saved; say so instead of SQLite's generic constraint text.
+Status InsertError(const Ctx& c, const std::string& what, const std::string& session_id, int rc) {
+  if (sqlite3_extended_errcode(c.db) == SQLITE_CONSTRAINT_FOREIGNKEY) {
+    return NotFound("store " + c.path + ": " + what + ": no session '" + session_id +
+                    "' in the store (save the session first)");
+  }
+  return c.Err(what, rc);
+}
+
+// Steps an INSERT into a child table, mapping a missing parent session.
+Status RunInsert(const Ctx& c, Stmt* s, const std::string& what, const std::string& session_id) {
+  if (s->bind_rc() != SQLITE_OK) return c.BindErr(what, s->bind_rc());
+  int rc = sqlite3_step(s->get());
+  return rc == SQLITE_DONE ? Status::Ok() : InsertError(c, what, session_id, rc);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  if (path.empty()) return InvalidArgument("store: empty database path");
+  std::string parent = std::filesystem::path(path).parent_path().string();
+  if (!parent.empty()) {
+    std::string err;
+    if (!MakeDirs(parent, &err)) {
+      return FailedPrecondition("store " + path + ": " + err +
+                                " (choose a writable --state-dir or fix its permissions)");
+    }
+  }
+
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close_v2(db);
+    return Status(CodeFor(rc), "store " + path + ": open: " + msg);
+  }
+  // From here the Store owns db and closes it on any error return.
+  std::unique_ptr<Store> store(new Store(db, path));
+  sqlite3_extended_result_codes(db, 1);
+  sqlite3_busy_timeout(db, 5000);
+
+  Ctx c{db, store->path_};
+  // The first statement that reads the file is where a file that is not a
+  // database shows up ("open: file is not a database").
+  {
+    Stmt s;
+    FD_RETURN_IF_ERROR(c.Prepare(&s, "PRAGMA journal_mode=WAL", "open"));
+    auto row = c.Next(&s, "open");
+    if (!row.ok()) return row.status();
+    std::string mode = *row ? s.Text(0) : "";
+    // Some filesystems (network mounts) cannot do WAL; SQLite then keeps a
+    // rollback journal, which with synchronous=FULL is still durable, only
+    // slower and with readers blocking the writer.
+    if (mode != "wal") {
+      spdlog::warn("store {}: journal_mode is '{}', not 'wal' (filesystem without shared-memory support?)",
+                   path, mode);
+    }
+  }
+  // FULL syncs the WAL on every commit: an acknowledged call survives an OS
+  // crash or power loss, not only a controller crash.
+  FD_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
+  FD_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys=ON"));
+
+  int version = 0;
+  {
+    Stmt s;
+    FD_RETURN_IF_ERROR(c.Prepare(&s, "PRAGMA user_version", "read schema version"));
+    auto row = c.Next(&s, "read schema version");
+    if (!row.ok()) return row.status();
+    if (*row) version = static_cast<int>(s.Int(0));
+  }
+  if (version > kSchemaVersion) {
+    return FailedPrecondition("store " + path + ": schema version " + std::to_string(version) +
+                              " was written by a newer firedrill (this build knows version " +
+                              std::to_string(kSchemaVersion) +
+                              "); upgrade firedrill or use another --state-dir");
+  }
+  {
+    Txn txn(c, /*write=*/true);
+    FD_RETURN_IF_ERROR(txn.Begin());
+    FD_RETURN_IF_ERROR(c.Exec(kSchema, "create schema"));
+    // PRAGMA takes no bound parameters; the value is our own constant.
+    const std::string set_version = "PRAGMA user_version = " + std::to_string(kSchemaVersion);
+    FD_RETURN_IF_ERROR(c.Exec(set_version.c_str(), "set schema version"));
+    FD_RETURN_IF_ERROR(txn.Commit());
+  }
+  return store;
+}
+
+Store::~Store() {
+  // close_v2 also checkpoints the WAL into the main file when this is the
+  // last connection, so a clean shutdown leaves one self-contained file.
+  sqlite3_close_v2(db_);
+}
+
+Status Store::Exec(const std::string& sql) { return Ctx{db_, path_}.Exec(sql.c_str(), sql); }
+
+Status Store::SaveSession(const v1::SessionRecord& record) {
+  const v1::SessionInfo& info = record.info();
+  if (info.session_id().empty()) {
+    return InvalidArgument("store " + path_ + ": save session: empty session id");
+  }
+  std::string blob;
+  if (!record.SerializeToString(&blob)) {
+    return Internal("store " + path_ + ": save session " + info.session_id() + ": cannot serialize record");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Ctx c{db_, path_};
+  Txn txn(c, true);
+  FD_RETURN_IF_ERROR(txn.Begin());
+  // An upsert, not INSERT OR REPLACE: REPLACE deletes the old row first,
+  // which the foreign keys of the session's events and fixes would reject.
+  Stmt s;
+  FD_RETURN_IF_ERROR(c.Prepare(&s,
+                               "INSERT INTO sessions (id, scenario_id, seed, state, created_unix_ms, "
+                               "updated_unix_ms, world_size, total_score, record) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
+                               "ON CONFLICT(id) DO UPDATE SET scenario_id = excluded.scenario_id, "
+                               "seed = excluded.seed, state = excluded.state, "
+                               "created_unix_ms = excluded.created_unix_ms, "
+                               "updated_unix_ms = excluded.updated_unix_ms, "
+                               "world_size = excluded.world_size, total_score = excluded.total_score, "
+                               "record = excluded.record",
+                               "save session"));
+  s.BindText(1, info.session_id());
+  s.BindText(2, info.scenario_id());
+  s.BindInt(3, info.seed());
+  s.BindText(4, info.state());
+  s.BindInt(5, info.created_unix_ms());
+  s.BindInt(6, NowUnixMs());
+  s.BindInt(7, info.world_size());
+  s.BindInt(8, info.total_score());
+  s.BindBlob(9, blob);
+  FD_RETURN_IF_ERROR(c.Run(&s, "save session " + info.session_id()));
+  return txn.Commit();
+}
+
+StatusOr<std::vector<v1::SessionRecord>> Store::LoadSessions() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Ctx c{db_, path_};
+  Txn txn(c, false);
+  FD_RETURN_IF_ERROR(txn.Begin());
+  Stmt s;
+  FD_RETURN_IF_ERROR(
+      c.Prepare(&s, "SELECT id, record FROM sessions ORDER BY created_unix_ms, id", "load sessions"));
+  std::vector<v1::SessionRecord> out;
+  for (;;) {
+    auto row = c.Next(&s, "load sessions");
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    std::string id = s.Text(0);
+    std::string blob = s.Blob(1);
+    v1::SessionRecord rec;
+    // A record whose own id disagrees with its row is as unusable as one that
+    // does not parse: the session it would resurrect is not the one stored.
+    if (!rec.ParseFromString(blob) || rec.info().session_id() != id) {
+      return DataLoss("store " + path_ + ": session '" + id + "': record blob (" +
+                      std::to_string(blob.size()) +
+                      " bytes) is unreadable; restore the database from a backup or delete that row "
+                      "with the sqlite3 shell");
+    }
+    out.push_back(std::move(rec));
+  }
+  FD_RETURN_IF_ERROR(txn.Commit());
+  return out;
+}
+
+Status Store::AppendEvent(const std::string& session_id, const v1::SessionEvent& event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Ctx c{db_, path_};
+  Txn txn(c, true);
+  FD_RETURN_IF_ERROR(txn.Begin());
+  Stmt s;
+  FD_RETURN_IF_ERROR(c.Prepare(
+      &s, "INSERT INTO events (session_id, unix_ms, kind, rank, message) VALUES (?1, ?2, ?3, ?4, ?5)",
+      "insert event"));
+  s.BindText(1, session_id);
+  s.BindInt(2, event.unix_ms());
+  s.BindText(3, event.kind());
+  s.BindInt(4, event.rank());
+  s.BindText(5, event.message());
+  FD_RETURN_IF_ERROR(RunInsert(c, &s, "insert event", session_id));
+  return txn.Commit();
+}
+
+StatusOr<std::vector<v1::SessionEvent>> Store::LoadEvents(const std::string& session_id, int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Ctx c{db_, path_};
+  Txn txn(c, false);
+  FD_RETURN_IF_ERROR(txn.Begin());
+  // Insertion order (id), not unix_ms: the timeline is what the controller
+  // recorded, in that order, even if the wall clock stepped back. A negative
+  // limit means all events (SQLite's LIMIT -1).
+  Stmt s;
+  FD_RETURN_IF_ERROR(c.Prepare(&s,
+                               "SELECT unix_ms, kind, rank, message FROM ("
+                               "SELECT id, unix_ms, kind, rank, message FROM events WHERE session_id = ?1 "
+                               "ORDER BY id DESC LIMIT ?2) ORDER BY id ASC",
+                               "load events"));
+  s.BindText(1, session_id);
+  s.BindInt(2, limit);
+  std::vector<v1::SessionEvent> out;
+  for (;;) {
+    auto row = c.Next(&s, "load events of " + session_id);
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    v1::SessionEvent& e = out.emplace_back();
+    e.set_unix_ms(s.Int(0));
+    e.set_kind(s.Text(1));
+    e.set_rank(static_cast<int32_t>(s.Int(2)));
+    e.set_message(s.Text(3));
+  }
+  FD_RETURN_IF_ERROR(txn.Commit());
+  return out;
+}
+
+StatusOr<int> Store::AddDiagnosis(const v1::SubmitDiagnosisRequest& d, int64_t unix_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Ctx c{db_, path_};
+  Txn txn(c, true);
+  FD_RETURN_IF_ERROR(txn.Begin());
+  Stmt s;
+  FD_RETURN_IF_ERROR(c.Prepare(&s,
+                               "INSERT INTO diagnoses (session_id, unix_ms, cause, culprit_ranks, note) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5)",
+                               "insert diagnosis"));
+  s.BindText(1, d.session_id());
+  s.BindInt(2, unix_ms);
+  s.BindText(3, d.cause());
+  s.BindText(4, RanksJson(d.culprit_ranks()));
+  s.BindText(5, d.note());
+  FD_RETURN_IF_ERROR(RunInsert(c, &s, "insert diagnosis", d.session_id()));
+  int id = static_cast<int>(sqlite3_last_insert_rowid(db_));
+  FD_RETURN_IF_ERROR(txn.Commit());
+  return id;
+}
+
+StatusOr<std::optional<v1::SubmitDiagnosisRequest>> Store::LatestDiagnosis(const std::string& session_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Ctx c{db_, path_};
+  Txn txn(c, false);
+  FD_RETURN_IF_ERROR(txn.Begin());
+  Stmt s;
+  FD_RETURN_IF_ERROR(c.Prepare(&s,
+                               "SELECT id, cause, culprit_ranks, note FROM diagnoses WHERE session_id = ?1 "
+                               "ORDER BY id DESC LIMIT 1",
+                               "load diagnosis"));
+  s.BindText(1, session_id);
+  auto row = c.Next(&s, "load diagnosis of " + session_id);
+  if (!row.ok()) return row.status();
+  std::optional<v1::SubmitDiagnosisRequest> out;
+  if (*row) {
+    v1::SubmitDiagnosisRequest& d = out.emplace();
+    d.set_session_id(session_id);
+    d.set_cause(s.Text(1));
+    if (!ParseRanksJson(s.Text(2), d.mutable_culprit_ranks())) {
+      return DataLoss("store " + path_ + ": session '" + session_id + "': diagnosis " +
+                      std::to_string(s.Int(0)) + " has unreadable culprit_ranks '" + s.Text(2) +
+                      "' (expected a JSON array of integers)");
+    }
+    d.set_note(s.Text(3));
+  }
+  FD_RETURN_IF_ERROR(txn.Commit());
+  return out;
+}
+
+StatusOr<int> Store::AddFix(const v1::ApplyFixRequest& f, int64_t unix_ms) {
+  std::string blob;
+  if (!f.SerializeToString(&blob)) {
+    return Internal("store " + path_ + ": insert fix for " + f.session_id() + ": cannot serialize request");
+  }
+  // The columns are for people reading the database; the request blob is
+  // what LoadFixes returns, so repeated setting keys (which a JSON object
+  // would collapse) are never lost.
+  nlohmann::json settings = nlohmann::json::object();
+  for (const auto& kv : f.settings()) settings[kv.key()] = kv.value();
+  // replace: a setting that is not valid UTF-8 must not throw out of here.
+  std::string settings_json = settings.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  Ctx c{db_, path_};
+  Txn txn(c, true);
+  FD_RETURN_IF_ERROR(txn.Begin());
+  Stmt s;
+  FD_RETURN_IF_ERROR(
+      c.Prepare(&s,
+                "INSERT INTO fixes (session_id, unix_ms, replace_host_ranks, settings, request) "
+                "VALUES (?1, ?2, ?3, ?4, ?5)",
+                "insert fix"));
+  s.BindText(1, f.session_id());
+  s.BindInt(2, unix_ms);
+  s.BindText(3, RanksJson(f.replace_host_ranks()));
+  s.BindText(4, settings_json);
+  s.BindBlob(5, blob);
+  FD_RETURN_IF_ERROR(RunInsert(c, &s, "insert fix", f.session_id()));
+  int id = static_cast<int>(sqlite3_last_insert_rowid(db_));
+  FD_RETURN_IF_ERROR(txn.Commit());
+  return id;
+}
+
+StatusOr<std::vector<v1::ApplyFixRequest>> Store::LoadFixes(const std::string& session_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Ctx c{db_, path_};
+  Txn txn(c, false);
+  FD_RETURN_IF_ERROR(txn.Begin());
+  Stmt s;
+  FD_RETURN_IF_ERROR(
+      c.Prepare(&s, "SELECT id, request FROM fixes WHERE session_id = ?1 ORDER BY id ASC", "load fixes"));
+  s.BindText(1, session_id);
+  std::vector<v1::ApplyFixRequest> out;
+  for (;;) {
+    auto row = c.Next(&s, "load fixes of " + session_id);
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    v1::ApplyFixRequest f;
+    if (!f.ParseFromString(s.Blob(1)) || f.session_id() != session_id) {
+      return DataLoss("store " + path_ + ": session '" + session_id + "': fix " + std::to_string(s.Int(0)) +
+                      " has an unreadable request blob");
+    }
+    out.push_back(std::move(f));
+  }
+  FD_RETURN_IF_ERROR(txn.Commit());
+  return out;
+}
+
+Status Store::SaveScore(const v1::ScoreReport& report, int64_t unix_ms) {
+  std::string blob;
+  if (!report.SerializeToString(&blob)) {
+    return Internal("store " + path_ + ": save score of " + report.session_id() +
+                    ": cannot serialize report");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Ctx c{db_, path_};
+  Txn txn(c, true);
+  FD_RETURN_IF_ERROR(txn.Begin());
+  Stmt s;
+  FD_RETURN_IF_ERROR(c.Prepare(&s,
+                               "INSERT INTO scores (session_id, unix_ms, total, max_total, report) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5) "
+                               "ON CONFLICT(session_id) DO UPDATE SET unix_ms = excluded.unix_ms, "
+                               "total = excluded.total, max_total = excluded.max_total, "
+                               "report = excluded.report",
+                               "save score"));
+  s.BindText(1, report.session_id());
+  s.BindInt(2, unix_ms);
+  s.BindInt(3, report.total());
+  s.BindInt(4, report.max_total());
+  s.BindBlob(5, blob);
+  FD_RETURN_IF_ERROR(RunInsert(c, &s, "save score", report.session_id()));
+  return txn.Commit();
+}
+
+StatusOr<std::optional<v1::ScoreReport>> Store::LoadScore(const std::string& session_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Ctx c{db_, path_};
+  Txn txn(c, false);
+  FD_RETURN_IF_ERROR(txn.Begin());
+  Stmt s;
+  FD_RETURN_IF_ERROR(c.Prepare(&s, "SELECT report FROM scores WHERE session_id = ?1", "load score"));
+  s.BindText(1, session_id);
+  auto row = c.Next(&s, "load score of " + session_id);
+  if (!row.ok()) return row.status();
+  std::optional<v1::ScoreReport> out;
+  if (*row) {
+    v1::ScoreReport& r = out.emplace();
+    if (!r.ParseFromString(s.Blob(0)) || r.session_id() != session_id) {
+      return DataLoss("store " + path_ + ": session '" + session_id +
+                      "': score report blob is unreadable; delete the scores row to re-score");
+    }
+  }
+  FD_RETURN_IF_ERROR(txn.Commit());
+  return out;
+}
+
+}  // namespace firedrill::controller

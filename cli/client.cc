@@ -1,0 +1,85 @@
+#include "cli/client.h"
+
+namespace firedrill::cli {
+
+DrillClient::DrillClient(std::string address, std::chrono::milliseconds deadline)
+    : address_(std::move(address)),
+      deadline_(deadline),
+      channel_(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials())),
+      stub_(v1::Drill::NewStub(channel_)) {}
+
+bool DrillClient::Reachable(std::chrono::milliseconds wait) {
+  return channel_->WaitForConnected(std::chrono::system_clock::now() + wait);
+}
+
+Status DrillClient::FromGrpc(const grpc::Status& st) const {
+  if (st.ok()) return Status::Ok();
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return Unavailable("no controller answers at " + address_ +
+                       "; start one with `firedrill up` or point to one with --controller ADDR");
+  }
+  if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return DeadlineExceeded("the controller at " + address_ + " did not answer in time; check its log");
+  }
+  return Status(static_cast<StatusCode>(st.error_code()), st.error_message());
+}
+
+template <typename Req, typename Resp>
+StatusOr<Resp> DrillClient::Call(grpc::Status (v1::Drill::Stub::*fn)(grpc::ClientContext*, const Req&, Resp*),
+                                 const Req& req, std::chrono::milliseconds deadline) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+  Resp resp;
+  grpc::Status st = ((*stub_).*fn)(&ctx, req, &resp);
+  if (!st.ok()) return FromGrpc(st);
+  return resp;
+}
+
+StatusOr<v1::ListScenariosResponse> DrillClient::ListScenarios() {
+  return Call(&v1::Drill::Stub::ListScenarios, v1::ListScenariosRequest(), deadline_);
+}
+
+StatusOr<v1::SessionInfo> DrillClient::StartSession(const std::string& scenario_id, int64_t seed) {
+  v1::StartSessionRequest req;
+  req.set_scenario_id(scenario_id);
+  req.set_seed(seed);
+  return Call(&v1::Drill::Stub::StartSession, req, deadline_);
+}
+
+StatusOr<v1::ListSessionsResponse> DrillClient::ListSessions() {
+  return Call(&v1::Drill::Stub::ListSessions, v1::ListSessionsRequest(), deadline_);
+}
+
+StatusOr<v1::SessionStatus> DrillClient::GetStatus(const std::string& session_id) {
+  v1::GetStatusRequest req;
+  req.set_session_id(session_id);
+  return Call(&v1::Drill::Stub::GetStatus, req, deadline_);
+}
+
+StatusOr<v1::SubmitDiagnosisResponse> DrillClient::SubmitDiagnosis(const v1::SubmitDiagnosisRequest& req) {
+  return Call(&v1::Drill::Stub::SubmitDiagnosis, req, deadline_);
+}
+
+StatusOr<v1::ApplyFixResponse> DrillClient::ApplyFix(const v1::ApplyFixRequest& req) {
+  return Call(&v1::Drill::Stub::ApplyFix, req, deadline_);
+}
+
+StatusOr<v1::RequestHintResponse> DrillClient::RequestHint(const std::string& session_id) {
+  v1::RequestHintRequest req;
+  req.set_session_id(session_id);
+  return Call(&v1::Drill::Stub::RequestHint, req, deadline_);
+}
+
+StatusOr<v1::ScoreReport> DrillClient::GetScore(const std::string& session_id) {
+  v1::GetScoreRequest req;
+  req.set_session_id(session_id);
+  return Call(&v1::Drill::Stub::GetScore, req, deadline_);
+}
+
+StatusOr<v1::SessionInfo> DrillClient::EndSession(const std::string& session_id, std::chrono::milliseconds deadline) {
+  v1::EndSessionRequest req;
+  req.set_session_id(session_id);
+  return Call(&v1::Drill::Stub::EndSession, req, deadline);
+}
+
+}  // namespace firedrill::cli

@@ -1,0 +1,312 @@
+#include "cli/commands.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "cli/demo.h"
+#include "cli/local_controller.h"
+#include "cli/output.h"
+#include "common/paths.h"
+
+namespace firedrill::cli {
+
+StatusOr<std::string> CurrentSession(const CliContext& ctx) {
+  if (!ctx.session.empty()) return ctx.session;
+  std::ifstream in(ctx.state_dir + "/current-session");
+  std::string id;
+  std::getline(in, id);
+  if (id.empty()) {
+    return FailedPrecondition("no current session; start one with `firedrill start SCENARIO` (or pass --session ID)");
+  }
+  return id;
+}
+
+void RememberSession(const CliContext& ctx, const std::string& id) {
+  std::string err;
+  if (MakeDirs(ctx.state_dir, &err)) std::ofstream(ctx.state_dir + "/current-session") << id << "\n";
+}
+
+StatusOr<v1::FixSetting> ParseSetting(const std::string& kv) {
+  const size_t eq = kv.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == kv.size()) {
+    return InvalidArgument("--set expects KEY=VALUE (e.g. --set data.batch_size=32), got '" + kv + "'");
+  }
+  v1::FixSetting s;
+  s.set_key(kv.substr(0, eq));
+  s.set_value(kv.substr(eq + 1));
+  return s;
+}
+
+StatusOr<v1::SessionStatus> WaitWhile(DrillClient& client, const std::string& id,
+                                      const std::vector<std::string>& while_states, const std::string& label,
+                                      int timeout_s) {
+  Progress bar(label);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (true) {
+    auto st = client.GetStatus(id);
+    if (!st.ok()) return st.status();
+    const std::string& state = st->session().state();
+    if (std::find(while_states.begin(), while_states.end(), state) == while_states.end()) return st;
+    if (std::chrono::steady_clock::now() > deadline) {
+      return DeadlineExceeded("session " + id + " is still '" + state + "' after " + std::to_string(timeout_s) +
+                              " s; check `firedrill status`");
+    }
+    bar.Update(state, st->run().steps_done(), st->run().steps_total());
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+namespace {
+
+int Fail(const CliContext& ctx, const Status& st) {
+  *ctx.err << "error: " << st.message() << "\n";
+  return 1;
+}
+
+template <typename T>
+int PrintOr(const CliContext& ctx, const StatusOr<T>& r, void (*print)(const T&, std::ostream&)) {
+  if (!r.ok()) return Fail(ctx, r.status());
+  if (ctx.json) {
+    *ctx.out << ToJson(*r) << "\n";
+  } else {
+    print(*r, *ctx.out);
+  }
+  return 0;
+}
+
+void PrintEventsSince(const v1::SessionStatus& st, std::ostream& out) {
+  for (const auto& e : st.events()) {
+    if (e.kind() == "aborted" || e.kind() == "rank_lost" || e.kind() == "rank_failed") out << "  " << e.message() << "\n";
+  }
+}
+
+int CmdUp(CliContext& ctx, const std::string& listen) {
+  if (auto pid = RunningControllerPid(ctx.state_dir)) {
+    *ctx.out << "a controller is already running (pid " << *pid << ") for state dir " << ctx.state_dir << "\n";
+    return 0;
+  }
+  auto p = StartController(listen, ctx.state_dir);
+  if (!p.ok()) return Fail(ctx, p.status());
+  *ctx.out << "controller running at " << p->address << " (pid " << p->pid << ")\n"
+           << "  log:   " << p->log_path << "\n"
+           << "  state: " << p->state_dir << " (firedrill.db, agent logs in logs/)\n"
+           << "stop it with `firedrill down`\n";
+  return 0;
+}
+
+int CmdDown(CliContext& ctx) {
+  auto pid = StopController(ctx.state_dir);
+  if (!pid.ok()) return Fail(ctx, pid.status());
+  *ctx.out << "controller (pid " << *pid << ") stopped; its agents were stopped with it\n";
+  return 0;
+}
+
+int CmdStart(CliContext& ctx, DrillClient& client, const std::string& scenario, int64_t seed, bool wait) {
+  auto info = client.StartSession(scenario, seed);
+  if (!info.ok()) return Fail(ctx, info.status());
+  RememberSession(ctx, info->session_id());
+  if (!wait) {
+    if (ctx.json) *ctx.out << ToJson(*info) << "\n";
+    else *ctx.out << "session " << info->session_id() << " started (seed " << info->seed() << ")\n";
+    return 0;
+  }
+  if (!ctx.json) {
+    *ctx.out << "session " << info->session_id() << ": " << info->title() << " (" << info->scenario_id() << ", seed "
+             << info->seed() << ")\n\n"
+             << info->briefing() << "\n";
+  }
+  auto st = WaitWhile(client, info->session_id(), {"created", "baseline"}, "starting", 300);
+  if (!st.ok()) return Fail(ctx, st.status());
+  if (ctx.json) {
+    *ctx.out << ToJson(*st) << "\n";
+    return st->session().state() == "aborted" ? 1 : 0;
+  }
+  if (st->session().state() == "aborted") {
+    *ctx.err << "error: session " << info->session_id() << " aborted:\n";
+    PrintEventsSince(*st, *ctx.err);
+    return 1;
+  }
+  *ctx.out << "healthy baseline measured: " << Num(st->baseline().throughput_samples_per_s())
+           << " samples/s, median step " << Num(st->baseline().median_step_ms(), 1) << " ms\n"
+           << "the job is running; investigate with `firedrill status`\n";
+  return 0;
+}
+
+int CmdDiagnose(CliContext& ctx, DrillClient& client, const std::string& cause, const std::vector<int>& ranks,
+                const std::string& note) {
+  auto id = CurrentSession(ctx);
+  if (!id.ok()) return Fail(ctx, id.status());
+  v1::SubmitDiagnosisRequest req;
+  req.set_session_id(*id);
+  req.set_cause(cause);
+  for (int r : ranks) req.add_culprit_ranks(r);
+  req.set_note(note);
+  auto resp = client.SubmitDiagnosis(req);
+  if (!resp.ok()) return Fail(ctx, resp.status());
+  if (ctx.json) {
+    *ctx.out << ToJson(*resp) << "\n";
+  } else {
+    std::string rs;
+    for (int r : ranks) rs += (rs.empty() ? "" : ",") + std::to_string(r);
+    *ctx.out << "diagnosis #" << resp->diagnosis_id() << " recorded: " << cause
+             << (rs.empty() ? "" : " on rank " + rs) << "\n";
+  }
+  return 0;
+}
+
+int CmdFix(CliContext& ctx, DrillClient& client, const std::vector<int>& replace, const std::vector<std::string>& sets,
+           bool wait) {
+  v1::ApplyFixRequest req;
+  for (const auto& kv : sets) {
+    auto s = ParseSetting(kv);
+    if (!s.ok()) return Fail(ctx, s.status());
+    *req.add_settings() = *s;
+  }
+  auto id = CurrentSession(ctx);
+  if (!id.ok()) return Fail(ctx, id.status());
+  req.set_session_id(*id);
+  for (int r : replace) req.add_replace_host_ranks(r);
+  auto resp = client.ApplyFix(req);
+  if (!resp.ok()) return Fail(ctx, resp.status());
+  if (!wait) {
+    if (ctx.json) *ctx.out << ToJson(*resp) << "\n";
+    else *ctx.out << "fix #" << resp->fix_id() << " applied; verification is running (`firedrill status`)\n";
+    return 0;
+  }
+  if (!ctx.json) *ctx.out << "fix #" << resp->fix_id() << " applied; re-running the job to verify it\n";
+  auto st = WaitWhile(client, *id, {"fixing", "verifying"}, "verifying", 300);
+  if (!st.ok()) return Fail(ctx, st.status());
+  if (ctx.json) {
+    *ctx.out << ToJson(st->verification()) << "\n";
+  } else if (st->verification().done()) {
+    PrintVerification(st->verification(), *ctx.out);
+    *ctx.out << "see the score with `firedrill score`\n";
+  } else {
+    *ctx.out << "session is " << st->session().state() << "\n";
+    PrintEventsSince(*st, *ctx.out);
+  }
+  return 0;
+}
+
+int CmdHint(CliContext& ctx, DrillClient& client) {
+  auto id = CurrentSession(ctx);
+  if (!id.ok()) return Fail(ctx, id.status());
+  auto h = client.RequestHint(*id);
+  if (!h.ok()) return Fail(ctx, h.status());
+  if (ctx.json) *ctx.out << ToJson(*h) << "\n";
+  else
+    *ctx.out << "hint " << h->hints_used() << "/" << h->hints_total() << " (costs " << h->cost()
+             << " points): " << h->hint() << "\n";
+  return 0;
+}
+
+int CmdEnd(CliContext& ctx, DrillClient& client) {
+  auto id = CurrentSession(ctx);
+  if (!id.ok()) return Fail(ctx, id.status());
+  auto info = client.EndSession(*id, std::chrono::seconds(60));
+  if (!info.ok()) return Fail(ctx, info.status());
+  if (ctx.json) *ctx.out << ToJson(*info) << "\n";
+  else *ctx.out << "session " << *id << " ended (" << info->state() << "); its agents are stopped\n";
+  return 0;
+}
+
+}  // namespace
+
+int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CliContext ctx;
+  ctx.controller = DefaultControllerAddress();
+  ctx.state_dir = DefaultStateDir();
+  ctx.out = &out;
+  ctx.err = &err;
+
+  CLI::App app{"firedrill: break-fix drills on a real distributed training job"};
+  app.require_subcommand(1);
+  app.add_option("--controller", ctx.controller, "controller address (or FIREDRILL_CONTROLLER)");
+  app.add_option("--state-dir", ctx.state_dir, "where `up` keeps the controller's state and the current session");
+  app.add_option("--session", ctx.session, "session id (default: the last one started here)");
+  app.add_flag("--json", ctx.json, "print data as JSON");
+
+  std::string listen = ctx.controller;
+  auto* up = app.add_subcommand("up", "start a controller in the background");
+  up->add_option("--listen", listen, "address to serve on (default: --controller)");
+  auto* down = app.add_subcommand("down", "stop the background controller and its agents");
+
+  auto* scenarios = app.add_subcommand("scenarios", "the scenario catalogue");
+  scenarios->require_subcommand(1);
+  auto* scen_list = scenarios->add_subcommand("list", "list scenarios");
+  auto* sessions = app.add_subcommand("sessions", "list sessions, including finished ones");
+
+  std::string scenario;
+  int64_t seed = 0;
+  bool no_wait = false;
+  auto* start = app.add_subcommand("start", "start a drill session");
+  start->add_option("SCENARIO", scenario, "scenario id (see `firedrill scenarios list`)")->required();
+  start->add_option("--seed", seed, "fixes every random draw of the scenario (0: random)");
+  start->add_flag("--no-wait", no_wait, "return without waiting for the baseline");
+
+  auto* status = app.add_subcommand("status", "per-rank view of the job");
+
+  std::string cause, note;
+  std::vector<int> ranks;
+  auto* diagnose = app.add_subcommand("diagnose", "submit your diagnosis");
+  diagnose->add_option("--cause", cause, "cause, e.g. straggler")->required();
+  diagnose->add_option("--rank", ranks, "culprit rank (repeatable)");
+  diagnose->add_option("--note", note, "your evidence, in words");
+
+  std::vector<int> replace;
+  std::vector<std::string> sets;
+  auto* fix = app.add_subcommand("fix", "apply a fix; the job is re-run and measured");
+  fix->add_option("--replace-host", replace, "move RANK to a fresh host (repeatable)");
+  fix->add_option("--set", sets, "change a job setting, KEY=VALUE (repeatable)");
+  fix->add_flag("--no-wait", no_wait, "return without waiting for verification");
+
+  auto* hint = app.add_subcommand("hint", "take a hint (costs points)");
+  auto* score = app.add_subcommand("score", "the session's score, item by item");
+  auto* end = app.add_subcommand("end", "end the session and stop its agents");
+
+  std::string demo_scenario = "straggler-basic";
+  auto* demo = app.add_subcommand("demo", "run a whole drill, playing the learner");
+  demo->add_option("--scenario", demo_scenario, "scenario to play")->capture_default_str();
+  demo->add_option("--seed", seed, "seed (0: random)");
+
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::CallForHelp& e) {
+    out << app.help();
+    return 0;
+  } catch (const CLI::CallForAllHelp& e) {
+    out << app.help("", CLI::AppFormatMode::All);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    err << "error: " << msg << " (see `firedrill --help`)\n";
+    return 2;
+  }
+  // An empty `fix` is allowed on purpose: "restart it as it is" is a real
+  // (and usually wrong) thing to try, and verification will say so.
+
+  if (up->parsed()) return CmdUp(ctx, listen);
+  if (down->parsed()) return CmdDown(ctx);
+
+  DrillClient client(ctx.controller);
+  if (demo->parsed()) return RunDemo(ctx, demo_scenario, seed);
+  if (scen_list->parsed()) return PrintOr(ctx, client.ListScenarios(), &PrintScenarios);
+  if (sessions->parsed()) return PrintOr(ctx, client.ListSessions(), &PrintSessions);
+  if (start->parsed()) return CmdStart(ctx, client, scenario, seed, !no_wait);
+  if (diagnose->parsed()) return CmdDiagnose(ctx, client, cause, ranks, note);
+  if (fix->parsed()) return CmdFix(ctx, client, replace, sets, !no_wait);
+  if (hint->parsed()) return CmdHint(ctx, client);
+  if (end->parsed()) return CmdEnd(ctx, client);
+  auto id = CurrentSession(ctx);
+  if (!id.ok()) return Fail(ctx, id.status());
+  if (status->parsed()) return PrintOr(ctx, client.GetStatus(*id), &PrintStatus);
+  if (score->parsed()) return PrintOr(ctx, client.GetScore(*id), &PrintScore);
+  return Fail(ctx, InvalidArgument("unknown command; see `firedrill --help`"));
+}
+
+}  // namespace firedrill::cli

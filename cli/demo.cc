@@ -1,0 +1,166 @@
+#include "cli/demo.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "cli/local_controller.h"
+#include "cli/output.h"
+
+namespace firedrill::cli {
+
+namespace {
+double MedianOf(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+}  // namespace
+
+int FindStraggler(const v1::SessionStatus& st, double min_ratio, std::string* why) {
+  int best = -1;
+  double best_busy = 0;
+  std::vector<double> busy;
+  for (const auto& r : st.ranks()) {
+    if (r.window_steps() == 0) continue;
+    const double b = r.step_ms() - r.comm_ms();
+    busy.push_back(b);
+    if (b > best_busy) {
+      best_busy = b;
+      best = r.rank();
+    }
+  }
+  if (best < 0) return -1;
+  const double med = MedianOf(busy);
+  if (med <= 0 || best_busy / med < min_ratio) return -1;
+  const auto& r = st.ranks(best);
+  double others_wait = 0;
+  int n = 0;
+  for (const auto& o : st.ranks()) {
+    if (o.rank() != best && o.window_steps() > 0) {
+      others_wait += o.comm_ms();
+      ++n;
+    }
+  }
+  if (why) {
+    *why = "rank " + std::to_string(best) + " (" + r.host() + ") is busy " + Num(best_busy, 1) +
+           " ms per step (forward " + Num(r.forward_ms(), 1) + " + backward " + Num(r.backward_ms(), 1) +
+           ") against a median of " + Num(med, 1) + " ms: " + Num(best_busy / med, 2) + "x.\n" +
+           "the other ranks wait " + Num(n ? others_wait / n : 0, 1) + " ms per step in the gradient all-reduce; rank " +
+           std::to_string(best) + " waits " + Num(r.comm_ms(), 1) + " ms. Everyone is waiting for rank " +
+           std::to_string(best) + ": its compute is slow, not its data or its network.";
+  }
+  return best;
+}
+
+namespace {
+
+void Heading(std::ostream& out, const std::string& text) { out << "\n== " << text << " ==\n"; }
+
+}  // namespace
+
+int RunDemo(CliContext& ctx, const std::string& scenario, int64_t seed) {
+  std::ostream& out = *ctx.out;
+  const auto t0 = std::chrono::steady_clock::now();
+  DrillClient client(ctx.controller);
+  bool started = false;
+  if (!client.Reachable(std::chrono::milliseconds(500))) {
+    auto p = StartController(ctx.controller, ctx.state_dir);
+    if (!p.ok()) {
+      *ctx.err << "error: " << p.status().message() << "\n";
+      return 1;
+    }
+    started = true;
+    out << "started a controller at " << p->address << " (pid " << p->pid << ", log " << p->log_path << ")\n";
+  }
+  std::string session_id;
+  auto finish = [&](int code) {
+    if (!session_id.empty()) (void)client.EndSession(session_id, std::chrono::seconds(60));
+    if (started) {
+      auto pid = StopController(ctx.state_dir);
+      if (pid.ok()) out << "stopped the controller it started (pid " << *pid << ") and its agents\n";
+    }
+    out << "demo finished in " << Num(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count())
+        << " s\n";
+    return code;
+  };
+  auto fail = [&](const Status& st) {
+    *ctx.err << "error: " << st.message() << "\n";
+    return finish(1);
+  };
+
+  Heading(out, "1. start the drill: " + scenario);
+  auto info = client.StartSession(scenario, seed);
+  if (!info.ok()) return fail(info.status());
+  session_id = info->session_id();
+  RememberSession(ctx, session_id);
+  out << "session " << session_id << " (seed " << info->seed() << "): " << info->title() << "\n\n"
+      << info->briefing() << "\n";
+  auto st = WaitWhile(client, session_id, {"created", "baseline"}, "baseline", 300);
+  if (!st.ok()) return fail(st.status());
+  if (st->session().state() != "running") return fail(Aborted("session " + st->session().state()));
+  out << "the controller measured a healthy baseline of the same job on this machine: "
+      << Num(st->baseline().throughput_samples_per_s()) << " samples/s, median step "
+      << Num(st->baseline().median_step_ms(), 1) << " ms\n";
+
+  // The learner's first look, early in the run.
+  Heading(out, "2. the learner's first look (`firedrill status`)");
+  for (int i = 0; i < 200; ++i) {
+    st = client.GetStatus(session_id);
+    if (!st.ok()) return fail(st.status());
+    if (st->run().steps_done() >= 15) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  PrintStatus(*st, out);
+
+  // Keep watching until the evidence is steady: the same rank stands out in
+  // several consecutive looks.
+  Heading(out, "3. the job slows down; the learner looks again");
+  int culprit = -1, streak = 0, last = -1;
+  std::string why;
+  const auto watch_until = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  while (std::chrono::steady_clock::now() < watch_until && streak < 4) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    st = client.GetStatus(session_id);
+    if (!st.ok()) return fail(st.status());
+    const int r = FindStraggler(*st, 1.5, &why);
+    streak = (r >= 0 && r == last) ? streak + 1 : (r >= 0 ? 1 : 0);
+    last = r;
+    if (st->run().state() == "finished" || st->run().state() == "failed") break;
+  }
+  culprit = last;
+  PrintStatus(*st, out);
+
+  Heading(out, "4. diagnosis, from the telemetry above");
+  v1::SubmitDiagnosisRequest diag;
+  diag.set_session_id(session_id);
+  v1::ApplyFixRequest fix;
+  fix.set_session_id(session_id);
+  if (culprit < 0) {
+    out << "no rank stands out; the learner guesses a data-loader problem and restarts the job as it is\n";
+    diag.set_cause("data-loader-starvation");
+  } else {
+    out << why << "\n";
+    out << "diagnosis: straggler on rank " << culprit << "; fix: move rank " << culprit << " to a fresh host\n";
+    diag.set_cause("straggler");
+    diag.add_culprit_ranks(culprit);
+    diag.set_note(why);
+    fix.add_replace_host_ranks(culprit);
+  }
+  if (auto d = client.SubmitDiagnosis(diag); !d.ok()) return fail(d.status());
+
+  Heading(out, "5. fix and verification (`firedrill fix`)");
+  if (auto f = client.ApplyFix(fix); !f.ok()) return fail(f.status());
+  st = WaitWhile(client, session_id, {"fixing", "verifying"}, "verifying", 300);
+  if (!st.ok()) return fail(st.status());
+  PrintStatus(*st, out);
+
+  Heading(out, "6. score (`firedrill score`)");
+  auto score = client.GetScore(session_id);
+  if (!score.ok()) return fail(score.status());
+  PrintScore(*score, out);
+  return finish(score->final() ? 0 : 1);
+}
+
+}  // namespace firedrill::cli

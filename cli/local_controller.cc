@@ -1,0 +1,119 @@
+#include "cli/local_controller.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "cli/client.h"
+#include "common/paths.h"
+
+namespace firedrill::cli {
+
+namespace {
+
+std::string ReadFileTrimmed(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+std::string LogTail(const std::string& path, size_t lines) {
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  for (std::string l; std::getline(in, l);) all.push_back(l);
+  std::string out;
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += all[i] + " | ";
+  return out;
+}
+
+bool IsController(int pid) {
+  char buf[4096];
+  const std::string link = "/proc/" + std::to_string(pid) + "/exe";
+  const ssize_t n = readlink(link.c_str(), buf, sizeof(buf) - 1);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  return std::string(buf).find("firedrill-controller") != std::string::npos;
+}
+
+}  // namespace
+
+std::optional<int> RunningControllerPid(const std::string& state_dir) {
+  const std::string s = ReadFileTrimmed(state_dir + "/controller.pid");
+  if (s.empty()) return std::nullopt;
+  const int pid = std::atoi(s.c_str());
+  if (pid <= 0 || kill(pid, 0) != 0 || !IsController(pid)) return std::nullopt;
+  return pid;
+}
+
+StatusOr<ControllerProcess> StartController(const std::string& listen, const std::string& state_dir) {
+  std::string err;
+  if (!MakeDirs(state_dir, &err)) return Internal(err);
+  ControllerProcess p;
+  p.state_dir = state_dir;
+  p.address = listen;
+  p.log_path = state_dir + "/controller.log";
+  const std::string bin = ExecutableDir() + "/firedrill-controller";
+  if (access(bin.c_str(), X_OK) != 0) return NotFound("cannot find " + bin + "; build it first (make)");
+  std::vector<std::string> args = {bin, "--listen", listen, "--state-dir", state_dir};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  const pid_t pid = fork();
+  if (pid < 0) return Internal("fork failed");
+  if (pid == 0) {
+    // Grandchild pattern: the controller must not be our child, so that it
+    // outlives this CLI and is reaped by init.
+    setsid();
+    const pid_t inner = fork();
+    if (inner != 0) _exit(inner < 0 ? 1 : 0);
+    const int fd = open(p.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    const int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  waitpid(pid, nullptr, 0);
+
+  DrillClient client(listen);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (auto running = RunningControllerPid(state_dir); running && client.Reachable(std::chrono::milliseconds(200))) {
+      p.pid = *running;
+      return p;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return Unavailable("the controller did not come up within 20 s; its log " + p.log_path +
+                     " ends with: " + LogTail(p.log_path, 3));
+}
+
+StatusOr<int> StopController(const std::string& state_dir) {
+  auto pid = RunningControllerPid(state_dir);
+  if (!pid) {
+    return NotFound("no controller is running for state dir " + state_dir + " (no live pid in " + state_dir +
+                    "/controller.pid)");
+  }
+  kill(*pid, SIGTERM);
+  for (int i = 0; i < 150; ++i) {
+    if (kill(*pid, 0) != 0) return *pid;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  kill(*pid, SIGKILL);  // its agents die with it (PR_SET_PDEATHSIG)
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  return *pid;
+}
+
+}  // namespace firedrill::cli

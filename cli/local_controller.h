@@ -1,0 +1,27 @@
+// `firedrill up` / `down`: a controller in the background on this machine,
+// found again through <state-dir>/controller.pid.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+
+namespace firedrill::cli {
+
+struct ControllerProcess {
+  int pid = 0;
+  std::string address;
+  std::string log_path;
+  std::string state_dir;
+};
+
+// Starts firedrill-controller (next to this executable) detached from the
+// terminal, and waits until it answers.
+StatusOr<ControllerProcess> StartController(const std::string& listen, const std::string& state_dir);
+// SIGTERM, wait (the controller stops its agents), SIGKILL if it lingers.
+StatusOr<int> StopController(const std::string& state_dir);
+// The pid in <state-dir>/controller.pid if that process is a live controller.
+std::optional<int> RunningControllerPid(const std::string& state_dir);
+
+}  // namespace firedrill::cli

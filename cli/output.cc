@@ -1,0 +1,148 @@
+#include "cli/output.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+namespace firedrill::cli {
+
+void Table::Print(std::ostream& out) const {
+  std::vector<size_t> width;
+  for (const auto& row : rows_) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], row[i].size());
+    }
+  }
+  for (const auto& row : rows_) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << "\n";
+  }
+}
+
+std::string ToJson(const google::protobuf::Message& msg) {
+  google::protobuf::util::JsonPrintOptions opt;
+  opt.add_whitespace = true;
+  opt.always_print_primitive_fields = true;
+  opt.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(msg, &out, opt);
+  return out;
+}
+
+std::string Num(double v, int precision) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", precision, v);
+  return buf;
+}
+
+void PrintScenarios(const v1::ListScenariosResponse& r, std::ostream& out) {
+  Table t({"ID", "TITLE", "BAND", "RANKS", "SKILLS"});
+  for (const auto& s : r.scenarios()) {
+    std::string skills;
+    for (const auto& k : s.skills()) skills += (skills.empty() ? "" : "; ") + k;
+    t.Add({s.id(), s.title(), s.band(), std::to_string(s.world_size()), skills});
+  }
+  t.Print(out);
+}
+
+void PrintSessions(const v1::ListSessionsResponse& r, std::ostream& out) {
+  Table t({"SESSION", "SCENARIO", "STATE", "SEED", "SCORE"});
+  for (const auto& s : r.sessions()) {
+    const std::string score =
+        s.state() == "scored" ? std::to_string(s.total_score()) + "/" + std::to_string(s.max_score()) : "-";
+    t.Add({s.session_id(), s.scenario_id(), s.state(), std::to_string(s.seed()), score});
+  }
+  t.Print(out);
+}
+
+void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
+  const auto& s = st.session();
+  out << "session " << s.session_id() << "  " << s.scenario_id() << "  state " << s.state();
+  if (st.elapsed_s() > 0) out << "  elapsed " << Num(st.elapsed_s()) << " s";
+  out << "\n";
+  const auto& run = st.run();
+  if (!run.kind().empty()) {
+    out << run.kind() << " run: " << run.state() << ", step " << run.steps_done() << "/" << run.steps_total()
+        << ", " << Num(run.throughput_samples_per_s()) << " samples/s (last window)";
+    if (st.baseline().throughput_samples_per_s() > 0) {
+      out << ", healthy baseline " << Num(st.baseline().throughput_samples_per_s()) << " samples/s ("
+          << Num(run.throughput_samples_per_s() / st.baseline().throughput_samples_per_s(), 2) << "x)";
+    }
+    out << ", global batch " << st.global_batch() << "\n";
+  }
+  out << "\n";
+  Table t({"RANK", "HOST", "STATE", "STEP", "STEP_MS", "SAMPLES/S", "DATA", "FWD", "BWD", "COMM", "OPT", "LOSS",
+           "BUSY/MED", ""});
+  for (const auto& r : st.ranks()) {
+    if (r.window_steps() == 0) {
+      t.Add({std::to_string(r.rank()), r.host(), r.state(), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", ""});
+      continue;
+    }
+    t.Add({std::to_string(r.rank()), r.host(), r.state(), std::to_string(r.step()), Num(r.step_ms(), 1),
+           Num(r.samples_per_s()), Num(r.data_ms(), 1), Num(r.forward_ms(), 1), Num(r.backward_ms(), 1),
+           Num(r.comm_ms(), 1), Num(r.optim_ms(), 1), Num(r.loss(), 3), Num(r.busy_vs_median(), 2),
+           r.slow() ? "SLOW" : ""});
+  }
+  t.Print(out);
+  out << "(phase times in ms, averaged over the last " << (st.ranks_size() ? st.ranks(0).window_steps() : 0)
+      << " steps; BUSY/MED = (step - comm wait) relative to the median rank)\n";
+  for (const auto& r : st.ranks()) {
+    if (!r.message().empty() && (r.state() == "failed" || r.state() == "lost")) {
+      out << "rank " << r.rank() << ": " << r.message() << "\n";
+    }
+  }
+  if (st.verification().done()) PrintVerification(st.verification(), out);
+  if (st.events_size() > 0) {
+    out << "\nrecent events:\n";
+    const int first = std::max(0, st.events_size() - 6);
+    for (int i = first; i < st.events_size(); ++i) out << "  " << st.events(i).message() << "\n";
+  }
+}
+
+void PrintVerification(const v1::Verification& v, std::ostream& out) {
+  out << "verification " << (v.passed() ? "PASSED" : "FAILED") << ": " << v.detail() << "\n";
+}
+
+void PrintScore(const v1::ScoreReport& r, std::ostream& out) {
+  out << "score for session " << r.session_id() << " (" << r.scenario_id() << ")"
+      << (r.final() ? "" : "  [provisional: no verified fix yet]") << "\n\n";
+  Table t({"ITEM", "POINTS", "MAX", "WHY"});
+  for (const auto& it : r.items()) {
+    t.Add({it.name(), std::to_string(it.points()), std::to_string(it.max_points()), it.reason()});
+  }
+  t.Add({"total", std::to_string(r.total()), std::to_string(r.max_total()), ""});
+  t.Print(out);
+  if (r.final()) {
+    std::string ranks;
+    for (int c : r.answer_culprit_ranks()) ranks += (ranks.empty() ? "" : ",") + std::to_string(c);
+    out << "\nanswer: " << r.answer_cause() << (ranks.empty() ? "" : " on rank " + ranks)
+        << (r.runbook().empty() ? "" : "; runbook: " + r.runbook()) << "\n";
+  }
+}
+
+void Progress::Update(const std::string& phase, int64_t done, int64_t total) {
+  if (!isatty(2)) return;
+  const int width = 30;
+  const int filled = total > 0 ? static_cast<int>(width * std::min<int64_t>(done, total) / total) : 0;
+  std::fprintf(stderr, "\r%s %-10s [%s%s] %lld/%lld steps  ", label_.c_str(), phase.c_str(),
+               std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+               static_cast<long long>(done), static_cast<long long>(total));
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+void Progress::Done() {
+  if (drawn_) std::fprintf(stderr, "\r%*s\r", 80, "");
+  drawn_ = false;
+}
+
+}  // namespace firedrill::cli

@@ -1,0 +1,47 @@
+// How the CLI prints: aligned tables for a terminal, JSON for --json, and a
+// progress bar on stderr when it is a terminal.
+#pragma once
+
+#include <google/protobuf/message.h>
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "firedrill/v1/controller.pb.h"
+
+namespace firedrill::cli {
+
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void Print(std::ostream& out) const;
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string ToJson(const google::protobuf::Message& msg);
+std::string Num(double v, int precision = 0);
+
+void PrintScenarios(const v1::ListScenariosResponse& r, std::ostream& out);
+void PrintSessions(const v1::ListSessionsResponse& r, std::ostream& out);
+void PrintStatus(const v1::SessionStatus& st, std::ostream& out);
+void PrintVerification(const v1::Verification& v, std::ostream& out);
+void PrintScore(const v1::ScoreReport& r, std::ostream& out);
+
+// Redraws one line on stderr if it is a terminal; otherwise silent.
+class Progress {
+ public:
+  explicit Progress(std::string label) : label_(std::move(label)) {}
+  ~Progress() { Done(); }
+  void Update(const std::string& phase, int64_t done, int64_t total);
+  void Done();
+
+ private:
+  std::string label_;
+  bool drawn_ = false;
+};
+
+}  // namespace firedrill::cli

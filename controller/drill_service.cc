@@ -1,0 +1,63 @@
+#include "controller/drill_service.h"
+
+namespace firedrill::controller {
+
+grpc::Status ToGrpc(const Status& st) {
+  if (st.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(st.code()), st.message());
+}
+
+namespace {
+template <typename T, typename Out>
+grpc::Status Reply(StatusOr<T> r, Out* out) {
+  if (!r.ok()) return ToGrpc(r.status());
+  *out = std::move(r).value();
+  return grpc::Status::OK;
+}
+}  // namespace
+
+grpc::Status DrillService::ListScenarios(grpc::ServerContext*, const v1::ListScenariosRequest*,
+                                         v1::ListScenariosResponse* out) {
+  for (auto& s : sessions_->ListScenarios()) *out->add_scenarios() = std::move(s);
+  return grpc::Status::OK;
+}
+
+grpc::Status DrillService::StartSession(grpc::ServerContext*, const v1::StartSessionRequest* req,
+                                        v1::SessionInfo* out) {
+  return Reply(sessions_->Start(*req), out);
+}
+
+grpc::Status DrillService::ListSessions(grpc::ServerContext*, const v1::ListSessionsRequest*,
+                                        v1::ListSessionsResponse* out) {
+  for (auto& s : sessions_->List()) *out->add_sessions() = std::move(s);
+  return grpc::Status::OK;
+}
+
+grpc::Status DrillService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest* req, v1::SessionStatus* out) {
+  return Reply(sessions_->GetStatus(req->session_id()), out);
+}
+
+grpc::Status DrillService::SubmitDiagnosis(grpc::ServerContext*, const v1::SubmitDiagnosisRequest* req,
+                                           v1::SubmitDiagnosisResponse* out) {
+  return Reply(sessions_->Diagnose(*req), out);
+}
+
+grpc::Status DrillService::ApplyFix(grpc::ServerContext*, const v1::ApplyFixRequest* req,
+                                    v1::ApplyFixResponse* out) {
+  return Reply(sessions_->Fix(*req), out);
+}
+
+grpc::Status DrillService::RequestHint(grpc::ServerContext*, const v1::RequestHintRequest* req,
+                                       v1::RequestHintResponse* out) {
+  return Reply(sessions_->Hint(req->session_id()), out);
+}
+
+grpc::Status DrillService::GetScore(grpc::ServerContext*, const v1::GetScoreRequest* req, v1::ScoreReport* out) {
+  return Reply(sessions_->GetScore(req->session_id()), out);
+}
+
+grpc::Status DrillService::EndSession(grpc::ServerContext*, const v1::EndSessionRequest* req, v1::SessionInfo* out) {
+  return Reply(sessions_->End(req->session_id()), out);
+}
+
+}  // namespace firedrill::controller

@@ -1,0 +1,33 @@
+// The public Drill service: maps RPCs onto the session manager and Status
+// onto gRPC status codes. No logic of its own.
+#pragma once
+
+#include "controller/session_manager.h"
+#include "firedrill/v1/controller.grpc.pb.h"
+
+namespace firedrill::controller {
+
+grpc::Status ToGrpc(const Status& st);
+
+class DrillService final : public v1::Drill::Service {
+ public:
+  explicit DrillService(SessionManager* sessions) : sessions_(sessions) {}
+
+  grpc::Status ListScenarios(grpc::ServerContext*, const v1::ListScenariosRequest*,
+                             v1::ListScenariosResponse*) override;
+  grpc::Status StartSession(grpc::ServerContext*, const v1::StartSessionRequest*, v1::SessionInfo*) override;
+  grpc::Status ListSessions(grpc::ServerContext*, const v1::ListSessionsRequest*,
+                            v1::ListSessionsResponse*) override;
+  grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*, v1::SessionStatus*) override;
+  grpc::Status SubmitDiagnosis(grpc::ServerContext*, const v1::SubmitDiagnosisRequest*,
+                               v1::SubmitDiagnosisResponse*) override;
+  grpc::Status ApplyFix(grpc::ServerContext*, const v1::ApplyFixRequest*, v1::ApplyFixResponse*) override;
+  grpc::Status RequestHint(grpc::ServerContext*, const v1::RequestHintRequest*, v1::RequestHintResponse*) override;
+  grpc::Status GetScore(grpc::ServerContext*, const v1::GetScoreRequest*, v1::ScoreReport*) override;
+  grpc::Status EndSession(grpc::ServerContext*, const v1::EndSessionRequest*, v1::SessionInfo*) override;
+
+ private:
+  SessionManager* sessions_;
+};
+
+}  // namespace firedrill::controller

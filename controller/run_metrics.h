@@ -1,0 +1,44 @@
+// Turns per-rank step telemetry into the numbers learners and the verifier
+// read. Pure functions over StepReports: unit-tested without processes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "firedrill/v1/controller.pb.h"
+#include "firedrill/v1/scenario.pb.h"
+#include "firedrill/v1/telemetry.pb.h"
+
+namespace firedrill::controller {
+
+double Median(std::vector<double> v);
+
+// A rank's busy time in a step: everything but waiting for peers in the
+// gradient all-reduce. In synchronous data parallel every rank's step time
+// equals the slowest rank's, so busy time is what tells ranks apart.
+inline double BusyMs(const v1::StepReport& s) { return s.step_ms() - s.comm_ms(); }
+
+// Averages of the last `window` reports (all if fewer) into a RankStatus's
+// numeric fields (step, step_ms, phases, loss, samples/s, window_steps).
+void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::RankStatus* out);
+
+// busy_vs_median and the slow flag for every rank with data.
+void MarkSlowRanks(double slow_ratio, std::vector<v1::RankStatus>* ranks);
+
+struct WindowStats {
+  int64_t steps = 0;                   // steps measured on every rank
+  double throughput_samples_per_s = 0;  // whole job
+  double median_step_ms = 0;
+  double rank_step_skew = 0;           // max/median of per-rank median busy ms
+};
+
+// Measures steps [first_step, first_step + count) on every rank.
+// per_rank[r] holds rank r's reports in step order. global_batch = sum of
+// per-rank batches. The job's rate is limited by its slowest rank.
+WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_rank, int64_t first_step,
+                          int64_t count, int global_batch);
+
+// Compares a verification window with the session's healthy baseline.
+v1::Verification Verify(const v1::RunSummary& baseline, const WindowStats& run, const v1::VerifySpec& spec);
+
+}  // namespace firedrill::controller

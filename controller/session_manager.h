@@ -1,0 +1,139 @@
+// Sessions: one learner's attempt at one scenario. Each session has a driver
+// thread that walks its state machine
+//   created -> baseline -> running -> fixing -> verifying -> scored (| aborted)
+// by assigning job runs to agents and waiting for what they report. The
+// public RPCs only read state or leave requests for the driver.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "controller/agent_pool.h"
+#include "controller/launcher.h"
+#include "controller/store.h"
+#include "firedrill/v1/controller.pb.h"
+#include "firedrill/v1/scenario.pb.h"
+#include "firedrill/v1/store.pb.h"
+
+namespace firedrill::controller {
+
+struct SessionManagerOptions {
+  std::string state_dir;
+  std::string agent_bin;        // local launcher only
+  std::string agent_dial_addr;  // address agents use to reach this controller
+  bool local_launcher = true;   // false: use agents that registered on their own
+  double slow_ratio = 1.2;      // busy time vs median that marks a rank slow
+  int status_window = 20;       // steps averaged in status rows
+  std::chrono::seconds agent_register_timeout{60};
+};
+
+class SessionManager : public AgentListener {
+ public:
+  SessionManager(SessionManagerOptions opts, Store* store, AgentPool* pool, std::vector<v1::Scenario> scenarios);
+  ~SessionManager() override;
+
+  // Loads stored sessions; any that was in flight when a previous controller
+  // stopped is marked aborted (its agents died with that controller).
+  Status Init();
+  // Where launched agents dial; starts the local launcher.
+  void SetAgentDialAddress(const std::string& addr);
+  // Aborts live sessions and stops every agent this controller started.
+  void Shutdown();
+
+  std::vector<v1::ScenarioSummary> ListScenarios() const;
+  StatusOr<v1::SessionInfo> Start(const v1::StartSessionRequest& req);
+  std::vector<v1::SessionInfo> List();
+  StatusOr<v1::SessionStatus> GetStatus(const std::string& id);
+  StatusOr<v1::SubmitDiagnosisResponse> Diagnose(const v1::SubmitDiagnosisRequest& req);
+  StatusOr<v1::ApplyFixResponse> Fix(const v1::ApplyFixRequest& req);
+  StatusOr<v1::RequestHintResponse> Hint(const std::string& id);
+  StatusOr<v1::ScoreReport> GetScore(const std::string& id);
+  StatusOr<v1::SessionInfo> End(const std::string& id);
+
+  // AgentListener
+  void OnSteps(const std::string& agent_id, const v1::StepBatch& batch) override;
+  void OnJobEvent(const std::string& agent_id, const v1::JobEvent& event) override;
+  void OnAgentGone(const std::string& agent_id, const std::string& reason) override;
+  // From the local launcher: an agent process ended.
+  void OnAgentExit(const std::string& agent_id, int pid, const std::string& how);
+
+ private:
+  struct Rank {
+    std::string agent_id;
+    std::string host;
+    int pid = 0;
+    std::string state = "idle";  // idle|starting|running|finished|failed|lost
+    std::string message;
+    std::vector<v1::StepReport> steps;  // this run's reports, in order
+  };
+  struct Run {
+    std::string id;
+    std::string kind;  // baseline|main|verify
+    int64_t steps_total = 0;
+    std::string state = "starting";
+    std::chrono::steady_clock::time_point last_progress;
+  };
+  struct Session {
+    std::mutex mu;
+    std::condition_variable cv;
+    v1::SessionRecord rec;
+    const v1::Scenario* scenario = nullptr;
+    std::vector<Rank> ranks;
+    std::optional<Run> run;
+    std::optional<v1::ApplyFixRequest> pending_fix;
+    bool fix_applied = false;
+    bool fix_matches = false;
+    bool end_requested = false;
+    int run_counter = 0;
+    int agent_counter = 0;
+    std::set<std::string> retired;  // agents we stopped on purpose
+    std::deque<v1::SessionEvent> events;
+    std::thread driver;
+  };
+  using Lock = std::unique_lock<std::mutex>;
+
+  StatusOr<std::shared_ptr<Session>> Find(const std::string& id);
+  std::shared_ptr<Session> SessionOfAgent(const std::string& agent_id);
+  const v1::Scenario* FindScenario(const std::string& id) const;
+
+  // Driver steps; each is called with the session lock held.
+  void Drive(std::shared_ptr<Session> s);
+  Status LaunchRank(Session& s, Lock& lock, int rank, const std::string& host);
+  Status EnsureAgents(Session& s, Lock& lock);
+  Status RunJob(Session& s, Lock& lock, const std::string& kind, int64_t steps, bool with_faults);
+  void StartRun(Session& s, const std::string& kind, int64_t steps, bool with_faults);
+  bool RunOver(const Session& s) const;
+  void StopRun(Session& s, Lock& lock);
+  void RetireAgent(Session& s, Lock& lock, int rank);
+  void Teardown(Session& s, Lock& lock);
+  void MarkRankLost(Session& s, int rank, const std::string& why);
+  void SetState(Session& s, const std::string& state);
+  void AddEvent(Session& s, const std::string& kind, int rank, const std::string& message);
+  void Save(Session& s);
+  v1::ScoreReport ComputeScore(Session& s);
+  v1::RunSummary Summarize(const Session& s, int window) const;
+  std::vector<std::vector<v1::StepReport>> StepsByRank(const Session& s) const;
+
+  SessionManagerOptions opts_;
+  Store* store_;
+  AgentPool* pool_;
+  std::vector<v1::Scenario> scenarios_;
+  std::unique_ptr<Launcher> launcher_;
+
+  std::mutex mu_;  // guards the maps below; taken before any session's lock
+  std::map<std::string, std::shared_ptr<Session>> sessions_;
+  std::map<std::string, std::string> agent_session_;  // agent id -> session id
+  bool shutting_down_ = false;
+};
+
+}  // namespace firedrill::controller
