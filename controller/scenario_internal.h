@@ -1,0 +1,74 @@
+// Private to fd_scenario: helpers shared by the YAML mapper
+// (scenario_loader.cc) and the semantic checks / `fix --set`
+// (scenario_validate.cc). Not part of the API; include scenario_loader.h.
+#pragma once
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "firedrill/v1/scenario.pb.h"
+
+namespace firedrill::controller::scenario_internal {
+
+// --- paths and messages ------------------------------------------------------
+
+inline std::string Join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+inline std::string Indexed(const std::string& prefix, int i) {
+  return prefix + "[" + std::to_string(i) + "]";
+}
+
+inline std::string JoinList(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+template <typename... A>
+std::string Str(const A&... a) {
+  std::ostringstream o;
+  (o << ... << a);
+  return o.str();
+}
+
+// A semantic problem found after mapping. `locate` is the path whose YAML
+// position best points at it (defaults to `path`).
+struct Problem {
+  std::string path;
+  std::string message;
+  std::string locate;
+};
+using Check = std::optional<Problem>;
+inline Check Fail(std::string path, std::string message, std::string locate = "") {
+  return Problem{std::move(path), std::move(message), std::move(locate)};
+}
+
+inline std::string FormatProblem(const std::string& where, const Problem& p) {
+  std::string out = where;
+  if (!p.path.empty()) out += (out.empty() ? "" : ": ") + p.path;
+  return out + (out.empty() ? "" : ": ") + p.message;
+}
+
+// --- scalars (scenario_loader.cc; shared by the mapper and ApplyJobSetting) ---
+
+// What a field takes, for messages: "an integer", "one of A, B", ...
+std::string Expected(const google::protobuf::FieldDescriptor* f);
+// Whole-string integer parse: no spaces, no trailing garbage, no overflow.
+std::optional<int64_t> ParseInt(const std::string& s, int64_t lo, int64_t hi);
+// Sets (or appends to, when repeated) a scalar field from text. Returns what
+// was expected on failure, e.g. "expected an integer, got 'abc'".
+std::optional<std::string> SetScalar(google::protobuf::Message* msg,
+                                     const google::protobuf::FieldDescriptor* f, const std::string& text);
+
+// --- semantic checks (scenario_validate.cc) -----------------------------------
+
+Check CheckScenario(const v1::Scenario& s);
+
+}  // namespace firedrill::controller::scenario_internal

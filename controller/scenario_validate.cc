@@ -1,0 +1,242 @@
+// Semantic checks on mapped scenarios, and `firedrill fix --set` (ApplyJobSetting).
+// The YAML -> proto mapping lives in scenario_loader.cc.
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "controller/scenario_internal.h"
+#include "controller/scenario_loader.h"
+#include "faults/registry.h"
+#include "faults/targeting.h"
+
+namespace firedrill::controller {
+
+namespace pb = google::protobuf;
+using namespace scenario_internal;  // NOLINT: this file's own helpers
+
+namespace {
+
+using FD = pb::FieldDescriptor;
+
+#define FD_CHECK(expr)               \
+  do {                               \
+    if (auto _p = (expr)) return _p; \
+  } while (0)
+
+template <typename T>
+Check InRange(const std::string& path, T v, T lo, T hi) {
+  return v >= lo && v <= hi ? std::nullopt : Fail(path, Str("must be in ", lo, "..", hi, ", got ", v));
+}
+template <typename T>
+Check AtLeast(const std::string& path, T v, T lo) {
+  return v >= lo ? std::nullopt : Fail(path, Str("must be >= ", lo, ", got ", v));
+}
+Check Positive(const std::string& path, double v) {
+  return v > 0 ? std::nullopt : Fail(path, Str("must be > 0, got ", v));
+}
+Check OneOf(const std::string& path, const std::string& v, const std::vector<std::string>& allowed) {
+  if (std::find(allowed.begin(), allowed.end(), v) != allowed.end()) return std::nullopt;
+  return Fail(path, "must be one of " + JoinList(allowed) + ", got '" + v + "'");
+}
+Check NonEmpty(const std::string& path, const std::string& v) {
+  return v.empty() ? Fail(path, "is required") : std::nullopt;
+}
+
+Check CheckJob(const v1::JobSpec& j, const std::string& p) {
+  FD_CHECK(InRange(Join(p, "world_size"), j.world_size(), 1, 64));
+  FD_CHECK(OneOf(Join(p, "model.kind"), j.model().kind(), {"mlp"}));
+  FD_CHECK(AtLeast(Join(p, "model.input_dim"), j.model().input_dim(), 1));
+  FD_CHECK(AtLeast(Join(p, "model.hidden"), j.model().hidden(), 1));
+  FD_CHECK(InRange(Join(p, "model.layers"), j.model().layers(), 1, 16));
+  FD_CHECK(AtLeast(Join(p, "model.num_classes"), j.model().num_classes(), 1));
+  FD_CHECK(InRange(Join(p, "data.batch_size"), j.data().batch_size(), 1, 4096));
+  FD_CHECK(AtLeast(Join(p, "data.num_workers"), j.data().num_workers(), 0));
+  FD_CHECK(OneOf(Join(p, "optim.kind"), j.optim().kind(), {"sgd"}));
+  FD_CHECK(Positive(Join(p, "optim.lr"), j.optim().lr()));
+  if (!(j.optim().momentum() >= 0 && j.optim().momentum() < 1)) {
+    return Fail(Join(p, "optim.momentum"), Str("must be in [0, 1), got ", j.optim().momentum()));
+  }
+  FD_CHECK(OneOf(Join(p, "precision"), j.precision(), {"fp32"}));
+  FD_CHECK(AtLeast(Join(p, "steps"), j.steps(), int64_t{1}));
+  FD_CHECK(AtLeast(Join(p, "checkpoint.every"), j.checkpoint().every(), 0));
+  FD_CHECK(OneOf(Join(p, "comm.backend"), j.comm().backend(), {"gloo"}));
+  FD_CHECK(AtLeast(Join(p, "comm.bucket_mb"), j.comm().bucket_mb(), 0.0));
+  FD_CHECK(Positive(Join(p, "comm.timeout_s"), j.comm().timeout_s()));
+  FD_CHECK(AtLeast(Join(p, "threads_per_rank"), j.threads_per_rank(), 0));
+  return std::nullopt;
+}
+
+Check CheckIntOrDraw(const std::string& path, const v1::IntOrDraw& v, int64_t lo, int64_t hi) {
+  if (!v.has_draw()) return InRange(path, v.value(), lo, hi);
+  if (v.draw().lo() > v.draw().hi()) return Fail(path + ".draw", "lo must be <= hi");
+  FD_CHECK(InRange(path + ".draw[0]", v.draw().lo(), lo, hi));
+  return InRange(path + ".draw[1]", v.draw().hi(), lo, hi);
+}
+
+Check CheckRankRef(const std::string& path, const v1::RankRef& ref, const v1::Scenario& s) {
+  if (!ref.has_ref()) return InRange(path, ref.rank(), 0, s.job().world_size() - 1);
+  // Resolve against placeholders: this checks the shape and the index with
+  // the same code that resolves it at session start.
+  auto r = faults::ResolveRankRef(ref, std::vector<v1::ResolvedFault>(s.faults_size()));
+  return r.ok() ? std::nullopt : Fail(path, r.status().message());
+}
+
+Check CheckFault(const v1::Scenario& s, int i) {
+  const v1::FaultSpec& f = s.faults(i);
+  const std::string p = Indexed("faults", i);
+  const faults::FaultKind* kind = faults::FindFaultKind(f.kind());
+  if (kind == nullptr) {
+    return Fail(p + ".kind",
+                "unknown fault kind '" + f.kind() + "'; known kinds: " + JoinList(faults::FaultKindNames()));
+  }
+  const int world = s.job().world_size();
+  const v1::FaultTarget& t = f.target();
+  if (t.has_rank())
+    FD_CHECK(CheckIntOrDraw(p + ".target.rank", t.rank(), 0, world - 1));
+  else if (t.has_host_of_rank())
+    FD_CHECK(CheckIntOrDraw(p + ".target.host_of_rank", t.host_of_rank(), 0, world - 1));
+  else
+    return Fail(p + ".target", "is required: {rank: ...} or {host_of_rank: ...}");
+  // A trigger past the last step would leave the drill without a fault.
+  FD_CHECK(CheckIntOrDraw(p + ".trigger.step", f.trigger().step(), 0, s.job().steps() - 1));
+  const pb::OneofDescriptor* params = f.GetDescriptor()->FindOneofByName("params");
+  const FD* set = f.GetReflection()->GetOneofFieldDescriptor(f, params);
+  const FD* want = f.GetDescriptor()->FindFieldByName(f.kind());
+  if (set != nullptr && set != want) {
+    return Fail(p + ".params", "holds " + set->name() + " params but kind is '" + f.kind() + "'");
+  }
+  if (set == nullptr && want != nullptr && want->containing_oneof() == params) {
+    return Fail(p + ".params", "is required for kind '" + f.kind() + "'");
+  }
+  Status st = kind->validate(f);
+  if (!st.ok()) {
+    // Kinds name the offending field first ("params.slowdown must ..."), which
+    // lets the message point at its line.
+    const std::string& m = st.message();
+    return Fail(p, m, Join(p, m.substr(0, m.find(' '))));
+  }
+  return std::nullopt;
+}
+
+// Scalar leaves of a message, by dotted path.
+void CollectLeaves(const pb::Descriptor* d, const std::string& prefix, std::vector<std::string>* out) {
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FD* f = d->field(i);
+    if (f->is_repeated()) continue;
+    if (f->cpp_type() == FD::CPPTYPE_MESSAGE) {
+      CollectLeaves(f->message_type(), Join(prefix, f->name()), out);
+    } else {
+      out->push_back(Join(prefix, f->name()));
+    }
+  }
+}
+
+}  // namespace
+
+namespace scenario_internal {
+
+Check CheckScenario(const v1::Scenario& s) {
+  FD_CHECK(NonEmpty("id", s.id()));
+  if (s.id().find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos) {
+    return Fail("id", "must use only a-z, 0-9 and '-', got '" + s.id() + "'");
+  }
+  FD_CHECK(NonEmpty("title", s.title()));
+  FD_CHECK(NonEmpty("briefing", s.briefing()));
+  FD_CHECK(CheckJob(s.job(), "job"));
+  for (int i = 0; i < s.faults_size(); ++i) FD_CHECK(CheckFault(s, i));
+  FD_CHECK(NonEmpty("answer.cause", s.answer().cause()));
+  if (!faults::IsKnownCause(s.answer().cause())) {
+    return Fail("answer.cause", "unknown cause '" + s.answer().cause() +
+                                    "'; known causes: " + JoinList(faults::KnownCauses()));
+  }
+  for (int i = 0; i < s.answer().culprit_ranks_size(); ++i) {
+    FD_CHECK(CheckRankRef(Indexed("answer.culprit_ranks", i), s.answer().culprit_ranks(i), s));
+  }
+  if (s.remediations_size() == 0)
+    return Fail("remediations", "at least one accepted remediation is required");
+  for (int i = 0; i < s.remediations_size(); ++i) {
+    const std::string rp = Indexed("remediations", i) + ".actions";
+    if (s.remediations(i).actions_size() == 0) return Fail(rp, "at least one action is required");
+    for (int k = 0; k < s.remediations(i).actions_size(); ++k) {
+      const v1::RemediationAction& a = s.remediations(i).actions(k);
+      const std::string ap = Indexed(rp, k);
+      if (a.has_replace_host()) {
+        FD_CHECK(CheckRankRef(ap + ".replace_host", a.replace_host(), s));
+      } else if (a.has_set()) {
+        v1::JobSpec probe = s.job();  // the same check `firedrill fix --set` gets
+        Status st = ApplyJobSetting(&probe, a.set().key(), a.set().value());
+        if (!st.ok()) return Fail(ap + ".set", st.message());
+      } else {
+        return Fail(ap, "must be {replace_host: RANK} or {set: {key: K, value: V}}");
+      }
+    }
+  }
+  const v1::VerifySpec& v = s.verify();
+  FD_CHECK(AtLeast("verify.warmup_steps", v.warmup_steps(), 0));
+  FD_CHECK(AtLeast("verify.window_steps", v.window_steps(), 1));
+  if (!(v.throughput_vs_baseline_min() > 0 && v.throughput_vs_baseline_min() <= 2)) {
+    return Fail("verify.throughput_vs_baseline_min",
+                Str("must be in (0, 2], got ", v.throughput_vs_baseline_min()));
+  }
+  FD_CHECK(AtLeast("verify.rank_step_skew_max", v.rank_step_skew_max(), 1.0));
+  const v1::Rubric& b = s.rubric();
+  FD_CHECK(AtLeast("rubric.cause", b.cause(), 0));
+  FD_CHECK(AtLeast("rubric.culprit", b.culprit(), 0));
+  FD_CHECK(AtLeast("rubric.fix", b.fix(), 0));
+  FD_CHECK(AtLeast("rubric.time", b.time(), 0));
+  FD_CHECK(AtLeast("rubric.hint_cost", b.hint_cost(), 0));
+  FD_CHECK(AtLeast("rubric.time_budget_s", b.time_budget_s(), 1));
+  for (int i = 0; i < s.hints_size(); ++i) FD_CHECK(NonEmpty(Indexed("hints", i), s.hints(i)));
+  return std::nullopt;
+}
+
+}  // namespace scenario_internal
+
+Status ValidateScenario(const v1::Scenario& s, const std::string& where) {
+  if (Check p = CheckScenario(s)) return InvalidArgument(FormatProblem(where, *p));
+  return Status::Ok();
+}
+
+Status ValidateJob(const v1::JobSpec& job, const std::string& where) {
+  if (Check p = CheckJob(job, "")) return InvalidArgument(FormatProblem(where, *p));
+  return Status::Ok();
+}
+
+Status ApplyJobSetting(v1::JobSpec* job, const std::string& key, const std::string& value) {
+  const std::vector<std::string> keys = JobSettingKeys();
+  if (!std::binary_search(keys.begin(), keys.end(), key)) {
+    return InvalidArgument("unknown setting '" + key + "'; known settings: " + JoinList(keys));
+  }
+  const v1::JobSpec before = *job;
+  pb::Message* msg = job;
+  std::string rest = key;
+  for (std::size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1)) {
+    const FD* f = msg->GetDescriptor()->FindFieldByName(rest.substr(0, dot));
+    msg = msg->GetReflection()->MutableMessage(msg, f);
+  }
+  const FD* leaf = msg->GetDescriptor()->FindFieldByName(rest);
+  if (auto bad = SetScalar(msg, leaf, value)) {
+    *job = before;
+    return InvalidArgument("setting '" + key + "': " + *bad);
+  }
+  if (Check p = CheckJob(*job, "")) {
+    *job = before;  // a rejected fix must not leave a half-applied job
+    return InvalidArgument("setting " + key + "=" + value + " rejected: " + FormatProblem("", *p));
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string> JobSettingKeys() {
+  std::vector<std::string> keys;
+  CollectLeaves(v1::JobSpec::descriptor(), "", &keys);
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+#undef FD_CHECK
+
+}  // namespace firedrill::controller

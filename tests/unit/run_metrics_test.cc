@@ -1,0 +1,318 @@
+#include "controller/run_metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace firedrill::controller {
+namespace {
+
+v1::StepReport Step(int rank, int64_t step, double step_ms, double comm_ms) {
+  v1::StepReport s;
+  s.set_rank(rank);
+  s.set_step(step);
+  s.set_step_ms(step_ms);
+  s.set_comm_ms(comm_ms);
+  return s;
+}
+
+// --- Median -------------------------------------------------------------------
+
+TEST(MedianTest, OddEvenEmpty) {
+  EXPECT_DOUBLE_EQ(Median({3, 1, 2}), 2);
+  EXPECT_DOUBLE_EQ(Median({7}), 7);
+  EXPECT_DOUBLE_EQ(Median({4, 1, 3, 2}), 2.5);
+  EXPECT_DOUBLE_EQ(Median({10, 0}), 5);
+  EXPECT_DOUBLE_EQ(Median({5, 5, 1, 9, 9, 1}), 5);
+  EXPECT_DOUBLE_EQ(Median({}), 0);
+}
+
+// --- FillRankWindow -----------------------------------------------------------
+
+std::vector<v1::StepReport> FiveSteps() {
+  std::vector<v1::StepReport> v;
+  for (int i = 0; i < 5; ++i) {
+    v1::StepReport s = Step(0, 100 + i, 10.0 * (i + 1), 1.0 * (i + 1));  // step_ms 10..50, comm 1..5
+    s.set_data_ms(2.0 * i);
+    s.set_forward_ms(3.0);
+    s.set_backward_ms(4.0 + i);
+    s.set_optim_ms(0.5);
+    s.set_samples_per_s(100.0 * (i + 1));
+    s.set_loss(5.0 - i);
+    v.push_back(s);
+  }
+  return v;
+}
+
+TEST(FillRankWindowTest, AveragesOnlyTheLastN) {
+  v1::RankStatus r;
+  FillRankWindow(FiveSteps(), 2, &r);  // steps 103 and 104
+  EXPECT_EQ(r.window_steps(), 2);
+  EXPECT_EQ(r.step(), 104);
+  EXPECT_DOUBLE_EQ(r.loss(), 1.0);  // the last, not an average
+  EXPECT_DOUBLE_EQ(r.step_ms(), 45);
+  EXPECT_DOUBLE_EQ(r.comm_ms(), 4.5);
+  EXPECT_DOUBLE_EQ(r.data_ms(), 7);
+  EXPECT_DOUBLE_EQ(r.forward_ms(), 3);
+  EXPECT_DOUBLE_EQ(r.backward_ms(), 7.5);
+  EXPECT_DOUBLE_EQ(r.optim_ms(), 0.5);
+  EXPECT_DOUBLE_EQ(r.samples_per_s(), 450);
+}
+
+TEST(FillRankWindowTest, WindowLargerThanHistoryUsesAll) {
+  v1::RankStatus r;
+  FillRankWindow(FiveSteps(), 50, &r);
+  EXPECT_EQ(r.window_steps(), 5);
+  EXPECT_DOUBLE_EQ(r.step_ms(), 30);
+  EXPECT_DOUBLE_EQ(r.samples_per_s(), 300);
+}
+
+TEST(FillRankWindowTest, NonPositiveWindowMeansOneAndEmptyLeavesStatusAlone) {
+  v1::RankStatus r;
+  FillRankWindow(FiveSteps(), 0, &r);
+  EXPECT_EQ(r.window_steps(), 1);
+  EXPECT_DOUBLE_EQ(r.step_ms(), 50);
+
+  v1::RankStatus untouched;
+  untouched.set_step_ms(123);
+  FillRankWindow({}, 10, &untouched);
+  EXPECT_DOUBLE_EQ(untouched.step_ms(), 123);
+  EXPECT_EQ(untouched.window_steps(), 0);
+}
+
+// --- MarkSlowRanks ------------------------------------------------------------
+
+v1::RankStatus Rank(int rank, double step_ms, double comm_ms, int window = 10) {
+  v1::RankStatus r;
+  r.set_rank(rank);
+  r.set_step_ms(step_ms);
+  r.set_comm_ms(comm_ms);
+  r.set_window_steps(window);
+  return r;
+}
+
+TEST(MarkSlowRanksTest, FlagsOnlyTheRankWhoseBusyTimeIsAtLeastRatioTimesMedian) {
+  // Synchronous DP: equal step times, the straggler waits least in comm.
+  // busy = 10, 10, 10, 25 -> median 10.
+  std::vector<v1::RankStatus> ranks = {Rank(0, 30, 20), Rank(1, 30, 20), Rank(2, 30, 5), Rank(3, 30, 20)};
+  std::swap(ranks[2], ranks[3]);  // order must not matter
+  MarkSlowRanks(1.5, &ranks);
+  for (const auto& r : ranks) {
+    if (r.rank() == 2) {
+      EXPECT_TRUE(r.slow());
+      EXPECT_DOUBLE_EQ(r.busy_vs_median(), 2.5);
+    } else {
+      EXPECT_FALSE(r.slow()) << "rank " << r.rank();
+      EXPECT_DOUBLE_EQ(r.busy_vs_median(), 1.0);
+    }
+  }
+}
+
+TEST(MarkSlowRanksTest, ExactlyTheRatioIsSlowJustBelowIsNot) {
+  // busy = 10, 10, 10, 15 -> median 10, rank 3 at exactly 1.5x.
+  std::vector<v1::RankStatus> ranks = {Rank(0, 20, 10), Rank(1, 20, 10), Rank(2, 20, 10), Rank(3, 20, 5)};
+  MarkSlowRanks(1.5, &ranks);
+  EXPECT_TRUE(ranks[3].slow());
+  ranks[3].set_comm_ms(5.5);  // busy 14.5 -> 1.45x
+  MarkSlowRanks(1.5, &ranks);
+  EXPECT_FALSE(ranks[3].slow());
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(ranks[i].slow());
+}
+
+TEST(MarkSlowRanksTest, RanksWithoutDataAreIgnored) {
+  // Rank 3 has no window: it neither counts toward the median nor gets flagged.
+  std::vector<v1::RankStatus> ranks = {Rank(0, 20, 10), Rank(1, 20, 10), Rank(2, 40, 10), Rank(3, 0, 0, 0)};
+  MarkSlowRanks(1.5, &ranks);  // busy 10, 10, 30 -> median 10
+  EXPECT_FALSE(ranks[0].slow());
+  EXPECT_TRUE(ranks[2].slow());
+  EXPECT_DOUBLE_EQ(ranks[2].busy_vs_median(), 3.0);
+  EXPECT_FALSE(ranks[3].slow());
+  EXPECT_DOUBLE_EQ(ranks[3].busy_vs_median(), 0);
+}
+
+// --- MeasureWindow ------------------------------------------------------------
+
+// Three ranks, steps 0..9. Inside the window (steps 2..6): rank 0 and 1 take
+// 100 ms per step, rank 2 takes 120 ms. Busy: 50, 60, 100 ms. Outside the
+// window every step is absurdly slow so that leaking it in would show.
+std::vector<std::vector<v1::StepReport>> Reports() {
+  const double step_ms[3] = {100, 100, 120};
+  const double comm_ms[3] = {50, 40, 20};
+  std::vector<std::vector<v1::StepReport>> per_rank(3);
+  for (int r = 0; r < 3; ++r) {
+    for (int s = 0; s < 10; ++s) {
+      const bool in = s >= 2 && s <= 6;
+      per_rank[r].push_back(Step(r, s, in ? step_ms[r] : 10000, in ? comm_ms[r] : 0));
+    }
+  }
+  return per_rank;
+}
+
+TEST(MeasureWindowTest, ThroughputFollowsTheSlowestRankAndSkewIsMaxOverMedianBusy) {
+  const WindowStats w = MeasureWindow(Reports(), 2, 5, 96);
+  EXPECT_EQ(w.steps, 5);
+  // 96 samples * 5 steps * 1000 / (5 * 120 ms)
+  EXPECT_DOUBLE_EQ(w.throughput_samples_per_s, 96.0 * 5 * 1000 / 600);
+  EXPECT_DOUBLE_EQ(w.throughput_samples_per_s, 800);
+  EXPECT_DOUBLE_EQ(w.median_step_ms, 100);  // 10 x 100 ms, 5 x 120 ms
+  EXPECT_DOUBLE_EQ(w.rank_step_skew, 100.0 / 60.0);
+}
+
+TEST(MeasureWindowTest, SkewUsesEachRanksMedianBusyTime) {
+  auto per_rank = Reports();
+  per_rank[1][3].set_comm_ms(-400);  // one odd 500 ms-busy step on rank 1
+  const WindowStats w = MeasureWindow(per_rank, 2, 5, 96);
+  EXPECT_DOUBLE_EQ(w.rank_step_skew, 100.0 / 60.0);  // rank 1's median busy is still 60
+}
+
+TEST(MeasureWindowTest, AMissingStepOnOneRankReducesSteps) {
+  auto per_rank = Reports();
+  per_rank[1].erase(per_rank[1].begin() + 4);  // rank 1 never reported step 4
+  const WindowStats w = MeasureWindow(per_rank, 2, 5, 96);
+  EXPECT_EQ(w.steps, 4);
+  EXPECT_DOUBLE_EQ(w.throughput_samples_per_s, 800);  // rank 2 is still the slowest
+  EXPECT_DOUBLE_EQ(w.rank_step_skew, 100.0 / 60.0);
+}
+
+TEST(MeasureWindowTest, WindowPastTheDataOrEmptyInputMeasuresNothing) {
+  WindowStats w = MeasureWindow(Reports(), 20, 5, 96);
+  EXPECT_EQ(w.steps, 0);
+  EXPECT_DOUBLE_EQ(w.throughput_samples_per_s, 0);
+  EXPECT_DOUBLE_EQ(w.rank_step_skew, 0);
+
+  w = MeasureWindow({}, 0, 5, 96);
+  EXPECT_EQ(w.steps, 0);
+  EXPECT_DOUBLE_EQ(w.throughput_samples_per_s, 0);
+
+  w = MeasureWindow(Reports(), 2, 0, 96);
+  EXPECT_EQ(w.steps, 0);
+
+  // One rank with no data in the window: no step was measured on every rank.
+  auto per_rank = Reports();
+  per_rank[2].clear();
+  w = MeasureWindow(per_rank, 2, 5, 96);
+  EXPECT_EQ(w.steps, 0);
+}
+
+TEST(MeasureWindowTest, WindowRunningPastTheLastStepCountsWhatExists) {
+  // Steps 8..12 requested; only 8 and 9 exist (10000 ms each on every rank).
+  const WindowStats w = MeasureWindow(Reports(), 8, 5, 10);
+  EXPECT_EQ(w.steps, 2);
+  EXPECT_DOUBLE_EQ(w.throughput_samples_per_s, 10.0 * 1000 / 10000);
+}
+
+// --- Verify -------------------------------------------------------------------
+
+v1::RunSummary Baseline(double tput) {
+  v1::RunSummary b;
+  b.set_kind("baseline");
+  b.set_throughput_samples_per_s(tput);
+  return b;
+}
+
+v1::VerifySpec Spec() {
+  v1::VerifySpec s;
+  s.set_warmup_steps(2);
+  s.set_window_steps(5);
+  s.set_throughput_vs_baseline_min(0.9);
+  s.set_rank_step_skew_max(1.3);
+  return s;
+}
+
+WindowStats Window(int64_t steps, double tput, double skew) {
+  WindowStats w;
+  w.steps = steps;
+  w.throughput_samples_per_s = tput;
+  w.median_step_ms = 100;
+  w.rank_step_skew = skew;
+  return w;
+}
+
+// The detail string has three '; '-separated parts: throughput, skew, steps.
+std::vector<std::string> Parts(const std::string& detail) {
+  std::vector<std::string> out;
+  size_t from = 0;
+  for (size_t at; (at = detail.find("; ", from)) != std::string::npos; from = at + 2)
+    out.push_back(detail.substr(from, at - from));
+  out.push_back(detail.substr(from));
+  return out;
+}
+bool HasFail(const std::string& s) { return s.find("FAIL") != std::string::npos; }
+
+TEST(VerifyTest, PassesWhenEveryThresholdHolds) {
+  const v1::Verification v = Verify(Baseline(1000), Window(5, 950, 1.1), Spec());
+  EXPECT_TRUE(v.done());
+  EXPECT_TRUE(v.passed());
+  EXPECT_DOUBLE_EQ(v.throughput_ratio(), 0.95);
+  EXPECT_DOUBLE_EQ(v.throughput_samples_per_s(), 950);
+  EXPECT_DOUBLE_EQ(v.baseline_samples_per_s(), 1000);
+  EXPECT_DOUBLE_EQ(v.throughput_ratio_min(), 0.9);
+  EXPECT_DOUBLE_EQ(v.rank_step_skew(), 1.1);
+  EXPECT_DOUBLE_EQ(v.rank_step_skew_max(), 1.3);
+  EXPECT_FALSE(HasFail(v.detail())) << v.detail();
+  EXPECT_NE(v.detail().find("0.95x baseline 1000"), std::string::npos) << v.detail();
+  EXPECT_NE(v.detail().find("5/5 steps"), std::string::npos) << v.detail();
+}
+
+TEST(VerifyTest, ExactlyAtTheThresholdsPasses) {
+  const v1::Verification v = Verify(Baseline(1000), Window(5, 900, 1.3), Spec());
+  EXPECT_TRUE(v.passed()) << v.detail();
+}
+
+TEST(VerifyTest, LowThroughputFailsAndSaysWhere) {
+  const v1::Verification v = Verify(Baseline(1000), Window(5, 800, 1.1), Spec());
+  EXPECT_TRUE(v.done());
+  EXPECT_FALSE(v.passed());
+  const auto p = Parts(v.detail());
+  ASSERT_EQ(p.size(), 3u) << v.detail();
+  EXPECT_TRUE(HasFail(p[0])) << v.detail();
+  EXPECT_NE(p[0].find("0.80x"), std::string::npos) << v.detail();
+  EXPECT_NE(p[0].find("need >= 0.90"), std::string::npos) << v.detail();
+  EXPECT_FALSE(HasFail(p[1])) << v.detail();
+  EXPECT_FALSE(HasFail(p[2])) << v.detail();
+}
+
+TEST(VerifyTest, HighSkewFailsAndSaysWhere) {
+  const v1::Verification v = Verify(Baseline(1000), Window(5, 1000, 1.5), Spec());
+  EXPECT_FALSE(v.passed());
+  const auto p = Parts(v.detail());
+  ASSERT_EQ(p.size(), 3u) << v.detail();
+  EXPECT_FALSE(HasFail(p[0])) << v.detail();
+  EXPECT_TRUE(HasFail(p[1])) << v.detail();
+  EXPECT_NE(p[1].find("1.50"), std::string::npos) << v.detail();
+  EXPECT_NE(p[1].find("need <= 1.30"), std::string::npos) << v.detail();
+  EXPECT_FALSE(HasFail(p[2])) << v.detail();
+}
+
+TEST(VerifyTest, TooFewStepsFailsAndSaysWhere) {
+  const v1::Verification v = Verify(Baseline(1000), Window(4, 1000, 1.0), Spec());
+  EXPECT_FALSE(v.passed());
+  const auto p = Parts(v.detail());
+  ASSERT_EQ(p.size(), 3u) << v.detail();
+  EXPECT_FALSE(HasFail(p[0])) << v.detail();
+  EXPECT_FALSE(HasFail(p[1])) << v.detail();
+  EXPECT_TRUE(HasFail(p[2])) << v.detail();
+  EXPECT_NE(p[2].find("4/5 steps"), std::string::npos) << v.detail();
+}
+
+TEST(VerifyTest, NoSkewDataOrNoBaselineFails) {
+  // A skew of 0 means nothing was measured, not a perfectly balanced job.
+  v1::Verification v = Verify(Baseline(1000), Window(5, 1000, 0), Spec());
+  EXPECT_FALSE(v.passed());
+  EXPECT_TRUE(HasFail(Parts(v.detail())[1])) << v.detail();
+
+  v = Verify(Baseline(0), Window(5, 1000, 1.0), Spec());
+  EXPECT_FALSE(v.passed());
+  EXPECT_DOUBLE_EQ(v.throughput_ratio(), 0);
+  EXPECT_TRUE(HasFail(Parts(v.detail())[0])) << v.detail();
+}
+
+TEST(VerifyTest, EveryFailureAtOnce) {
+  const v1::Verification v = Verify(Baseline(1000), Window(1, 100, 3.0), Spec());
+  EXPECT_FALSE(v.passed());
+  for (const auto& part : Parts(v.detail())) EXPECT_TRUE(HasFail(part)) << v.detail();
+}
+
+}  // namespace
+}  // namespace firedrill::controller
