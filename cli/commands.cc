@@ -224,12 +224,13 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
 
   CLI::App app{"firedrill: break-fix drills on a real distributed training job"};
   app.require_subcommand(1);
+  app.fallthrough();  // `firedrill status --json` as well as `firedrill --json status`
   app.add_option("--controller", ctx.controller, "controller address (or FIREDRILL_CONTROLLER)");
   app.add_option("--state-dir", ctx.state_dir, "where `up` keeps the controller's state and the current session");
   app.add_option("--session", ctx.session, "session id (default: the last one started here)");
   app.add_flag("--json", ctx.json, "print data as JSON");
 
-  std::string listen = ctx.controller;
+  std::string listen;  // default: --controller, known only after parsing
   auto* up = app.add_subcommand("up", "start a controller in the background");
   up->add_option("--listen", listen, "address to serve on (default: --controller)");
   auto* down = app.add_subcommand("down", "stop the background controller and its agents");
@@ -290,7 +291,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   // An empty `fix` is allowed on purpose: "restart it as it is" is a real
   // (and usually wrong) thing to try, and verification will say so.
 
-  if (up->parsed()) return CmdUp(ctx, listen);
+  if (up->parsed()) return CmdUp(ctx, listen.empty() ? ctx.controller : listen);
   if (down->parsed()) return CmdDown(ctx);
 
   DrillClient client(ctx.controller);

@@ -241,7 +241,8 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   *s.rec.mutable_baseline() = summary;
   AddEvent(s, "baseline", -1,
            "healthy baseline: " + Fmt(base.throughput_samples_per_s) + " samples/s, median step " +
-               Fmt(base.median_step_ms, 1) + " ms over " + std::to_string(base.steps) + " steps");
+               Fmt(base.median_step_ms, 1) + " ms, rank busy-time skew " + Fmt(base.rank_step_skew, 2) + " over " +
+               std::to_string(base.steps) + " steps");
 
   // The drill: the real job, faults armed.
   SetState(s, "running");
@@ -318,7 +319,7 @@ Status SessionManager::EnsureAgents(Session& s, Lock& lock) {
   std::vector<std::string> waiting;
   for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
     Rank& r = s.ranks[rank];
-    if (!r.agent_id.empty() && r.state != "lost") continue;
+    if (!r.agent_id.empty() && r.state != "lost" && r.state != "retired") continue;
     if (!opts_.local_launcher) {
       // Remote agents: take an idle registered agent whose host matches.
       bool found = false;
@@ -341,10 +342,28 @@ Status SessionManager::EnsureAgents(Session& s, Lock& lock) {
     waiting.push_back(r.agent_id);
   }
   if (waiting.empty()) return Status::Ok();
-  lock.unlock();
-  auto got = pool_->WaitFor(waiting, opts_.agent_register_timeout);
-  lock.lock();
-  if (!got.ok()) return got.status();
+  // Wait in slices so that an agent that dies before registering (bad
+  // binary, crash at start) fails the wait at once, with its exit status.
+  const auto deadline = std::chrono::steady_clock::now() + opts_.agent_register_timeout;
+  while (true) {
+    lock.unlock();
+    auto got = pool_->WaitFor(waiting, std::chrono::milliseconds(200));
+    lock.lock();
+    if (got.ok()) break;
+    for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
+      const Rank& r = s.ranks[rank];
+      if (r.state == "lost" && std::find(waiting.begin(), waiting.end(), r.agent_id) != waiting.end()) {
+        return Unavailable("the agent for rank " + std::to_string(rank) + " " + r.message + " before registering; see " +
+                           opts_.state_dir + "/logs/" + r.agent_id + ".log");
+      }
+    }
+    if (s.end_requested) return Aborted("session ended");
+    if (std::chrono::steady_clock::now() > deadline) {
+      return DeadlineExceeded("agents did not register within " +
+                              std::to_string(opts_.agent_register_timeout.count()) + " s; see their logs in " +
+                              opts_.state_dir + "/logs");
+    }
+  }
   for (auto& r : s.ranks) {
     if (r.state == "starting") r.state = "idle";
   }
@@ -378,11 +397,19 @@ void SessionManager::StartRun(Session& s, const std::string& kind, int64_t steps
         *job->add_faults() = f;
       }
     }
-    if (r.state == "lost") continue;
+    if (r.state == "lost" || r.state == "retired") continue;
     r.state = "running";
     if (!pool_->Send(r.agent_id, msg)) MarkRankLost(s, rank, "could not reach its agent");
   }
   AddEvent(s, "run_started", -1, kind + " run started: " + std::to_string(steps) + " steps");
+}
+
+void SessionManager::UpdateRunState(Session& s) {
+  if (!s.run || !RunOver(s)) return;
+  if (s.run->state != "starting" && s.run->state != "running") return;
+  bool all_finished = true;
+  for (const auto& r : s.ranks) all_finished = all_finished && r.state == "finished";
+  s.run->state = all_finished ? "finished" : "failed";
 }
 
 bool SessionManager::RunOver(const Session& s) const {
@@ -450,8 +477,8 @@ void SessionManager::RetireAgent(Session& s, Lock& lock, int rank) {
   if (r.agent_id.empty()) return;
   s.retired.insert(r.agent_id);
   if (launcher_) launcher_->Kill(r.agent_id);
-  r.state = "lost";
-  r.message = "agent stopped by the controller";
+  r.state = "retired";
+  r.message.clear();
   const std::string id = r.agent_id;
   if (launcher_) {
     lock.unlock();
@@ -518,6 +545,7 @@ void SessionManager::OnJobEvent(const std::string& agent_id, const v1::JobEvent&
     default:
       break;
   }
+  UpdateRunState(*s);
   lock.unlock();
   s->cv.notify_all();
 }
@@ -530,6 +558,7 @@ void SessionManager::MarkRankLost(Session& s, int rank, const std::string& why) 
   }
   r.state = "lost";
   r.message = why;
+  UpdateRunState(s);
   AddEvent(s, "rank_lost", rank,
            "rank " + std::to_string(rank) + " (host " + r.host + ", pid " + std::to_string(r.pid) + ") lost: " + why);
   // Its peers are stuck in (or about to enter) a collective with it.

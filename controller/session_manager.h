@@ -72,7 +72,7 @@ class SessionManager : public AgentListener {
     std::string agent_id;
     std::string host;
     int pid = 0;
-    std::string state = "idle";  // idle|starting|running|finished|failed|lost
+    std::string state = "idle";  // idle|starting|running|finished|failed|lost|retired
     std::string message;
     std::vector<v1::StepReport> steps;  // this run's reports, in order
   };
@@ -113,6 +113,8 @@ class SessionManager : public AgentListener {
   Status RunJob(Session& s, Lock& lock, const std::string& kind, int64_t steps, bool with_faults);
   void StartRun(Session& s, const std::string& kind, int64_t steps, bool with_faults);
   bool RunOver(const Session& s) const;
+  // finished/failed once every rank has ended.
+  void UpdateRunState(Session& s);
   void StopRun(Session& s, Lock& lock);
   void RetireAgent(Session& s, Lock& lock, int rank);
   void Teardown(Session& s, Lock& lock);

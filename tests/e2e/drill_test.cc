@@ -1,0 +1,260 @@
+// Whole drills through the controller's public gRPC API, with real agent
+// processes, real Gloo collectives and a real straggler.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "tests/e2e/harness.h"
+
+namespace firedrill::e2e {
+namespace {
+
+constexpr char kScenario[] = "straggler-basic";
+
+const v1::ScoreItem* Item(const v1::ScoreReport& r, const std::string& name) {
+  for (const auto& it : r.items()) {
+    if (it.name() == name) return &it;
+  }
+  return nullptr;
+}
+
+std::vector<int> AgentPids(const v1::SessionStatus& st) {
+  std::vector<int> pids;
+  for (const auto& r : st.ranks()) {
+    if (r.pid() > 0) pids.push_back(r.pid());
+  }
+  return pids;
+}
+
+bool AllDead(const std::vector<int>& pids, int wait_s) {
+  for (int i = 0; i < wait_s * 10; ++i) {
+    bool any = false;
+    for (int p : pids) any = any || ProcessAlive(p);
+    if (!any) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+class DrillTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir();
+    ctl_ = std::make_unique<ControllerProcess>(dir_);
+    ASSERT_TRUE(ctl_->ok()) << "controller did not start; see " << dir_ << "/controller.log";
+  }
+  void TearDown() override {
+    ctl_.reset();
+    std::error_code ec;
+    if (!HasFailure()) std::filesystem::remove_all(dir_, ec);
+  }
+  cli::DrillClient& c() { return ctl_->client(); }
+
+  // Starts a drill and finds the straggler from telemetry, as a learner would.
+  std::pair<std::string, int> StartAndFindStraggler(int64_t seed) {
+    auto info = StartRunning(c(), kScenario, seed);
+    EXPECT_TRUE(info.ok()) << info.status().message();
+    if (!info.ok()) return {"", -1};
+    const int culprit = WatchForStraggler(c(), info->session_id(), 90);
+    EXPECT_GE(culprit, 0) << "no rank stood out in the telemetry";
+    return {info->session_id(), culprit};
+  }
+
+  std::string dir_;
+  std::unique_ptr<ControllerProcess> ctl_;
+};
+
+TEST_F(DrillTest, RightDiagnosisAndReplaceHostIsVerifiedAndScoresHigh) {
+  auto [id, culprit] = StartAndFindStraggler(101);
+  ASSERT_GE(culprit, 0);
+  v1::SubmitDiagnosisRequest d;
+  d.set_session_id(id);
+  d.set_cause("straggler");
+  d.add_culprit_ranks(culprit);
+  ASSERT_TRUE(c().SubmitDiagnosis(d).ok());
+  v1::ApplyFixRequest fix;
+  fix.set_session_id(id);
+  fix.add_replace_host_ranks(culprit);
+  auto score = FixAndScore(c(), fix);
+  ASSERT_TRUE(score.ok()) << score.status().message();
+  EXPECT_TRUE(score->final());
+  EXPECT_TRUE(score->verification().passed()) << score->verification().detail();
+  EXPECT_GE(score->total(), 90);
+  EXPECT_EQ(Item(*score, "culprit")->points(), 20);
+  ASSERT_EQ(score->answer_culprit_ranks_size(), 1);
+  EXPECT_EQ(score->answer_culprit_ranks(0), culprit);
+
+  // Nothing acknowledged is lost: crash the controller, start another on
+  // the same state, and the session and its score are still there.
+  const int total = score->total();
+  ctl_->Kill9();
+  ctl_ = std::make_unique<ControllerProcess>(dir_);
+  ASSERT_TRUE(ctl_->ok());
+  auto sessions = c().ListSessions();
+  ASSERT_TRUE(sessions.ok());
+  ASSERT_EQ(sessions->sessions_size(), 1);
+  EXPECT_EQ(sessions->sessions(0).session_id(), id);
+  EXPECT_EQ(sessions->sessions(0).state(), "scored");
+  EXPECT_EQ(sessions->sessions(0).total_score(), total);
+  auto again = c().GetScore(id);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->total(), total);
+}
+
+TEST_F(DrillTest, WrongRankEarnsNoCulpritPointsAndItsFixFailsVerification) {
+  auto [id, culprit] = StartAndFindStraggler(202);
+  ASSERT_GE(culprit, 0);
+  const int wrong = (culprit + 1) % 4;
+  v1::SubmitDiagnosisRequest d;
+  d.set_session_id(id);
+  d.set_cause("straggler");
+  d.add_culprit_ranks(wrong);
+  ASSERT_TRUE(c().SubmitDiagnosis(d).ok());
+  v1::ApplyFixRequest fix;
+  fix.set_session_id(id);
+  fix.add_replace_host_ranks(wrong);
+  auto score = FixAndScore(c(), fix);
+  ASSERT_TRUE(score.ok()) << score.status().message();
+  EXPECT_EQ(Item(*score, "cause")->points(), 40);
+  EXPECT_EQ(Item(*score, "culprit")->points(), 0);
+  EXPECT_FALSE(score->verification().passed()) << score->verification().detail();
+  EXPECT_EQ(Item(*score, "fix")->points(), 0);
+}
+
+TEST_F(DrillTest, NoFixFailsVerification) {
+  auto [id, culprit] = StartAndFindStraggler(303);
+  ASSERT_GE(culprit, 0);
+  v1::ApplyFixRequest fix;  // restart as it is
+  fix.set_session_id(id);
+  auto score = FixAndScore(c(), fix);
+  ASSERT_TRUE(score.ok()) << score.status().message();
+  EXPECT_TRUE(score->final());
+  EXPECT_FALSE(score->verification().passed()) << score->verification().detail();
+  EXPECT_EQ(Item(*score, "fix")->points(), 0);
+  EXPECT_EQ(Item(*score, "cause")->points(), 0);  // no diagnosis
+  EXPECT_EQ(score->total(), 0);
+}
+
+TEST_F(DrillTest, KilledAgentIsReportedAndNothingHangs) {
+  auto info = StartRunning(c(), kScenario, 404);
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  const std::string id = info->session_id();
+  auto st = WaitUntil(c(), id, [](const v1::SessionStatus& s) { return s.run().steps_done() >= 10; }, 60);
+  ASSERT_TRUE(st.ok());
+  const std::vector<int> pids = AgentPids(*st);
+  ASSERT_EQ(pids.size(), 4u);
+  ASSERT_EQ(kill(st->ranks(1).pid(), SIGKILL), 0);
+
+  // The lost rank is named with how its process ended, and the survivors
+  // fail out of their collective instead of hanging in it.
+  auto after = WaitUntil(
+      c(), id,
+      [](const v1::SessionStatus& s) {
+        for (const auto& r : s.ranks()) {
+          if (r.state() == "running") return false;
+        }
+        return s.ranks(1).state() == "lost";
+      },
+      45);
+  ASSERT_TRUE(after.ok()) << after.status().message();
+  EXPECT_NE(after->ranks(1).message().find("SIGKILL"), std::string::npos) << after->ranks(1).message();
+  bool event = false;
+  for (const auto& e : after->events()) event = event || (e.kind() == "rank_lost" && e.rank() == 1);
+  EXPECT_TRUE(event);
+  EXPECT_EQ(after->run().state(), "failed");
+
+  auto ended = c().EndSession(id, std::chrono::seconds(60));
+  ASSERT_TRUE(ended.ok()) << ended.status().message();
+  EXPECT_EQ(ended->state(), "aborted");
+  EXPECT_TRUE(AllDead(pids, 10));
+}
+
+TEST_F(DrillTest, ControllerCrashTakesItsAgentsAndTheSessionIsAbortedAfterRestart) {
+  auto info = StartRunning(c(), kScenario, 505);
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  auto st = c().GetStatus(info->session_id());
+  ASSERT_TRUE(st.ok());
+  const std::vector<int> pids = AgentPids(*st);
+  ASSERT_EQ(pids.size(), 4u);
+  ctl_->Kill9();
+  EXPECT_TRUE(AllDead(pids, 10)) << "agents outlived their controller";
+  ctl_ = std::make_unique<ControllerProcess>(dir_);
+  ASSERT_TRUE(ctl_->ok());
+  auto sessions = c().ListSessions();
+  ASSERT_TRUE(sessions.ok());
+  ASSERT_EQ(sessions->sessions_size(), 1);
+  EXPECT_EQ(sessions->sessions(0).state(), "aborted");
+}
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// No process of ours mentions the state dir any more.
+std::vector<int> ProcessesMentioning(const std::string& needle) {
+  std::vector<int> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "cmdline");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const int pid = std::stoi(name);
+    if (ss.str().find(needle) != std::string::npos && pid != getpid() && ProcessAlive(pid)) out.push_back(pid);
+  }
+  return out;
+}
+
+TEST(CliLifecycle, UpStartEndDownLeavesNoFiredrillProcess) {
+  const std::string dir = MakeTempDir();
+  const std::string addr = "127.0.0.1:" + std::to_string(FreePort());
+  auto run = [&](std::vector<std::string> args) {
+    std::vector<std::string> full = {"firedrill", "--controller", addr, "--state-dir", dir};
+    full.insert(full.end(), args.begin(), args.end());
+    std::ostringstream out, err;
+    const int rc = cli::RunCli(full, out, err);
+    EXPECT_EQ(rc, 0) << "firedrill " << args[0] << ": " << err.str();
+    return out.str();
+  };
+  run({"up"});
+  run({"start", kScenario, "--seed", "7"});
+  cli::DrillClient client(addr);
+  std::ifstream cur(dir + "/current-session");
+  std::string id;
+  std::getline(cur, id);
+  auto st = client.GetStatus(id);
+  ASSERT_TRUE(st.ok());
+  std::vector<int> pids = AgentPids(*st);
+  ASSERT_EQ(pids.size(), 4u);
+  std::ifstream pidf(dir + "/controller.pid");
+  int ctl_pid = 0;
+  pidf >> ctl_pid;
+  ASSERT_GT(ctl_pid, 0);
+  pids.push_back(ctl_pid);
+  EXPECT_NE(run({"status"}).find("RANK"), std::string::npos);
+  run({"end"});
+  run({"down"});
+  EXPECT_TRUE(AllDead(pids, 10));
+  EXPECT_TRUE(ProcessesMentioning(dir).empty());
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+}  // namespace
+}  // namespace firedrill::e2e

@@ -1,0 +1,117 @@
+#include "tests/e2e/harness.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "cli/commands.h"
+#include "cli/demo.h"
+
+namespace firedrill::e2e {
+
+std::string BinDir() { return FIREDRILL_BIN_DIR; }
+
+std::string MakeTempDir() {
+  char tmpl[] = "/tmp/firedrill-e2e-XXXXXX";
+  const char* d = mkdtemp(tmpl);
+  return d ? d : "/tmp";
+}
+
+bool ProcessAlive(int pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0) return false;
+  // A zombie is dead for our purposes.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z';
+}
+
+ControllerProcess::ControllerProcess(std::string state_dir) : state_dir_(std::move(state_dir)) {
+  const std::string bin = BinDir() + "/firedrill-controller";
+  const std::string log = state_dir_ + "/controller.log";
+  std::remove((state_dir_ + "/controller.addr").c_str());
+  pid_ = fork();
+  if (pid_ == 0) {
+    FILE* f = std::freopen(log.c_str(), "a", stderr);
+    (void)f;
+    execl(bin.c_str(), bin.c_str(), "--listen", "127.0.0.1:0", "--state-dir", state_dir_.c_str(),
+          "--scenarios", FIREDRILL_SOURCE_DIR "/scenarios", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 200 && address_.empty(); ++i) {
+    std::ifstream in(state_dir_ + "/controller.addr");
+    std::getline(in, address_);
+    if (address_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!address_.empty()) client_ = std::make_unique<cli::DrillClient>(address_, std::chrono::seconds(30));
+}
+
+ControllerProcess::~ControllerProcess() {
+  if (pid_ > 0) Terminate();
+}
+
+void ControllerProcess::Kill9() {
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+int ControllerProcess::Terminate() {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 300; ++i) {
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pid_, SIGKILL);
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return status;
+}
+
+StatusOr<v1::SessionInfo> StartRunning(cli::DrillClient& c, const std::string& scenario, int64_t seed) {
+  auto info = c.StartSession(scenario, seed);
+  if (!info.ok()) return info.status();
+  auto st = WaitUntil(
+      c, info->session_id(), [](const v1::SessionStatus& s) { return s.session().state() != "created" && s.session().state() != "baseline"; },
+      180);
+  if (!st.ok()) return st.status();
+  if (st->session().state() != "running") return Aborted("session ended up " + st->session().state());
+  return *info;
+}
+
+int WatchForStraggler(cli::DrillClient& c, const std::string& id, int timeout_s) {
+  int last = -1, streak = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline && streak < 4) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    auto st = c.GetStatus(id);
+    if (!st.ok()) return -1;
+    const int r = cli::FindStraggler(*st, 1.5, nullptr);
+    streak = (r >= 0 && r == last) ? streak + 1 : (r >= 0 ? 1 : 0);
+    last = r;
+  }
+  return streak >= 4 ? last : -1;
+}
+
+StatusOr<v1::ScoreReport> FixAndScore(cli::DrillClient& c, const v1::ApplyFixRequest& fix) {
+  auto f = c.ApplyFix(fix);
+  if (!f.ok()) return f.status();
+  auto st = WaitUntil(
+      c, fix.session_id(),
+      [](const v1::SessionStatus& s) { return s.session().state() == "scored" || s.session().state() == "aborted"; },
+      180);
+  if (!st.ok()) return st.status();
+  return c.GetScore(fix.session_id());
+}
+
+}  // namespace firedrill::e2e
