@@ -12,7 +12,7 @@ RUN /src/scripts/bootstrap.sh && rm -rf /var/lib/apt/lists/*
 # folders and .git never enter the build context's layers. A new top-level
 # source folder must be added here.
 WORKDIR /src
-COPY CMakeLists.txt ./
+COPY CMakeLists.txt CMakePresets.json ./
 COPY proto/ proto/
 COPY common/ common/
 COPY faults/ faults/
@@ -27,7 +27,7 @@ COPY runbooks/ runbooks/
 RUN cmake -S . -B /tmp/build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFIREDRILL_BUILD_TESTS=OFF \
  && cmake --build /tmp/build \
  && install -m 0755 -t /usr/local/bin \
-      /tmp/build/controller/firedrill-controller /tmp/build/agent/firedrill-agent /tmp/build/cli/firedrill \
+      /tmp/build/bin/firedrill-controller /tmp/build/bin/firedrill-agent /tmp/build/bin/firedrill \
  && mkdir -p /usr/local/share/firedrill \
  && cp -r scenarios runbooks /usr/local/share/firedrill/ \
  && rm -rf /tmp/build /src

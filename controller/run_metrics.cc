@@ -55,37 +55,43 @@ void MarkSlowRanks(double slow_ratio, std::vector<v1::RankStatus>* ranks) {
   }
 }
 
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(pos);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
 WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_rank, int64_t first_step,
                           int64_t count, int global_batch) {
   WindowStats out;
   if (per_rank.empty() || count <= 0) return out;
   const int64_t last = first_step + count - 1;
-  std::vector<double> total_ms, busy_medians, step_ms_all;
+  std::vector<double> rank_step_ms, rank_busy_ms, step_ms_all;
   int64_t measured = count;
   for (const auto& steps : per_rank) {
-    double total = 0;
-    int64_t n = 0;
-    std::vector<double> busy;
+    std::vector<double> step_ms, busy;
     for (const auto& s : steps) {
       if (s.step() < first_step || s.step() > last) continue;
-      total += s.step_ms();
+      step_ms.push_back(s.step_ms());
       busy.push_back(BusyMs(s));
       step_ms_all.push_back(s.step_ms());
-      ++n;
     }
-    measured = std::min(measured, n);
-    if (n > 0) {
-      total_ms.push_back(total * static_cast<double>(count) / static_cast<double>(n));
-      busy_medians.push_back(Median(busy));
+    measured = std::min(measured, static_cast<int64_t>(step_ms.size()));
+    if (!step_ms.empty()) {
+      rank_step_ms.push_back(Median(step_ms));
+      rank_busy_ms.push_back(Percentile(busy, kBusyQuantile));
     }
   }
   out.steps = measured;
-  if (measured == 0 || total_ms.empty()) return out;
-  const double slowest_ms = *std::max_element(total_ms.begin(), total_ms.end());
-  out.throughput_samples_per_s = slowest_ms > 0 ? global_batch * static_cast<double>(count) * 1000.0 / slowest_ms : 0;
+  if (measured == 0 || rank_step_ms.empty()) return out;
+  const double job_step_ms = *std::max_element(rank_step_ms.begin(), rank_step_ms.end());
+  out.throughput_samples_per_s = job_step_ms > 0 ? global_batch * 1000.0 / job_step_ms : 0;
   out.median_step_ms = Median(step_ms_all);
-  const double med_busy = Median(busy_medians);
-  out.rank_step_skew = med_busy > 0 ? *std::max_element(busy_medians.begin(), busy_medians.end()) / med_busy : 0;
+  const double med_busy = Median(rank_busy_ms);
+  out.rank_step_skew = med_busy > 0 ? *std::max_element(rank_busy_ms.begin(), rank_busy_ms.end()) / med_busy : 0;
   return out;
 }
 

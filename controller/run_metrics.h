@@ -25,16 +25,26 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
 // busy_vs_median and the slow flag for every rank with data.
 void MarkSlowRanks(double slow_ratio, std::vector<v1::RankStatus>* ranks);
 
+// Linear-interpolated quantile q in [0, 1] of v.
+double Percentile(std::vector<double> v, double q);
+
+// Per-rank busy time is summarised by a low quantile: on a shared machine
+// the OS preempts ranks at random, which only ever adds time, while a slow
+// host adds it to every step. The 25th percentile keeps the second and
+// drops most of the first.
+inline constexpr double kBusyQuantile = 0.25;
+
 struct WindowStats {
-  int64_t steps = 0;                   // steps measured on every rank
-  double throughput_samples_per_s = 0;  // whole job
+  int64_t steps = 0;                    // steps measured on every rank
+  double throughput_samples_per_s = 0;  // whole job, from its median step
   double median_step_ms = 0;
-  double rank_step_skew = 0;           // max/median of per-rank median busy ms
+  double rank_step_skew = 0;            // max/median over ranks of busy p25
 };
 
 // Measures steps [first_step, first_step + count) on every rank.
 // per_rank[r] holds rank r's reports in step order. global_batch = sum of
-// per-rank batches. The job's rate is limited by its slowest rank.
+// per-rank batches. The job moves at its slowest rank's median step time
+// (medians, so one step stalled by the OS does not decide a verification).
 WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_rank, int64_t first_step,
                           int64_t count, int global_batch);
 

@@ -202,8 +202,8 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   const v1::Scenario& sc = *s.scenario;
   auto abort = [&](const std::string& why) {
     AddEvent(s, "aborted", -1, why);
-    SetState(s, "aborted");
     Teardown(s, lock);
+    SetState(s, "aborted");
   };
 
   // Agents: one host each, named like a small cluster.
@@ -261,6 +261,7 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
     const std::string new_host = "node-" + std::to_string(s.rec.next_host_index());
     s.rec.set_next_host_index(s.rec.next_host_index() + 1);
     RetireAgent(s, lock, rank);
+    s.replaced_hosts.insert(old_host);
     s.rec.set_hosts(rank, new_host);
     AddEvent(s, "host_replaced", rank, "rank " + std::to_string(rank) + " moved from " + old_host + " to " + new_host);
   }
@@ -291,8 +292,8 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   s.rec.mutable_info()->set_total_score(score.total());
   if (Status st = store_->SaveScore(score, NowMs()); !st.ok()) spdlog::error("{}", st.message());
   AddEvent(s, "scored", -1, "score " + std::to_string(score.total()) + "/" + std::to_string(score.max_total()));
+  Teardown(s, lock);  // before "scored", so a scored session has no agents left
   SetState(s, "scored");
-  Teardown(s, lock);
 }
 
 Status SessionManager::LaunchRank(Session& s, Lock& lock, int rank, const std::string& host) {
@@ -321,21 +322,30 @@ Status SessionManager::EnsureAgents(Session& s, Lock& lock) {
     Rank& r = s.ranks[rank];
     if (!r.agent_id.empty() && r.state != "lost" && r.state != "retired") continue;
     if (!opts_.local_launcher) {
-      // Remote agents: take an idle registered agent whose host matches.
+      // Remote agents: take an idle registered agent, never one on a host
+      // the learner asked to replace, nor one already holding a rank here.
+      std::set<std::string> busy_hosts = s.replaced_hosts;
+      for (const auto& other : s.ranks) {
+        if (!other.agent_id.empty() && other.state != "lost" && other.state != "retired") busy_hosts.insert(other.host);
+      }
       bool found = false;
       for (const auto& a : pool_->Connected()) {
         std::lock_guard<std::mutex> g(mu_);
-        if (agent_session_.count(a.agent_id)) continue;
-        if (!s.rec.hosts(rank).empty() && s.rec.hosts(rank).rfind("node-", 0) == 0) s.rec.set_hosts(rank, a.host);
+        if (agent_session_.count(a.agent_id) || busy_hosts.count(a.host)) continue;
         agent_session_[a.agent_id] = s.rec.info().session_id();
         r = Rank{};
         r.agent_id = a.agent_id;
         r.host = a.host;
         r.pid = a.pid;
+        r.state = "idle";
+        s.rec.set_hosts(rank, a.host);
         found = true;
         break;
       }
-      if (!found) return Unavailable("no idle agent is registered for rank " + std::to_string(rank));
+      if (!found) {
+        return Unavailable("no idle agent on a usable host is registered for rank " + std::to_string(rank) +
+                           "; start another firedrill-agent pointed at this controller");
+      }
       continue;
     }
     FD_RETURN_IF_ERROR(LaunchRank(s, lock, rank, s.rec.hosts(rank)));
@@ -493,8 +503,7 @@ void SessionManager::Teardown(Session& s, Lock& lock) {
   if (s.run) StopRun(s, lock);
   for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
     RetireAgent(s, lock, rank);  // lost ones too: their process may linger
-    s.ranks[rank].state = "idle";
-    s.ranks[rank].message.clear();
+    s.ranks[rank].state = "stopped";
   }
   Save(s);
 }

@@ -96,7 +96,8 @@ class SessionManager : public AgentListener {
     bool end_requested = false;
     int run_counter = 0;
     int agent_counter = 0;
-    std::set<std::string> retired;  // agents we stopped on purpose
+    std::set<std::string> retired;         // agents we stopped on purpose
+    std::set<std::string> replaced_hosts;  // hosts the learner moved ranks off
     std::deque<v1::SessionEvent> events;
     std::thread driver;
   };
