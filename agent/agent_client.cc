@@ -169,6 +169,7 @@ void AgentClient::JobMain(v1::RunJob job) {
   o.faults.assign(job.faults().begin(), job.faults().end());
   o.store_bind_host = opts_.bind_host;
   o.store_advertise_host = opts_.advertise_host;
+  o.comm_host = opts_.advertise_host;  // Gloo binds here and peers dial it
   o.store_ready = [this, run_id, rank](const StoreAddress& a) {
     v1::AgentMessage m;
     auto* e = m.mutable_event();

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--advertise-host", opts.advertise_host, "address peers use to reach this agent")
       ->capture_default_str();
-  app.add_option("--bind-host", opts.bind_host, "address rank 0's store listens on")->capture_default_str();
+  app.add_option("--bind-host", opts.bind_host, "address rank 0's own store client connects to")->capture_default_str();
   app.add_option("--connect-timeout", opts.connect_timeout_s, "seconds to wait for the controller")
       ->capture_default_str();
   app.add_flag("--exit-on-disconnect", opts.exit_on_disconnect, "exit as soon as the controller stream ends");

@@ -27,10 +27,15 @@ struct TrainerOptions {
   int64_t max_steps = 0;                  // steps this run; 0 = job.steps
   uint64_t seed = 0;                      // session seed (data, init)
   std::vector<v1::ResolvedFault> faults;  // this rank's, from the controller
-  // Rank 0 hosts the TCPStore: it binds `store_bind_host` on an ephemeral
-  // port and announces `store_advertise_host`:port through store_ready.
+  // Rank 0 hosts the TCPStore on an ephemeral port and announces
+  // `store_advertise_host`:port through store_ready. LibTorch 1.13's store
+  // server listens on every interface; `store_bind_host` is where rank 0's
+  // own store client connects.
   std::string store_bind_host = "127.0.0.1";
   std::string store_advertise_host = "127.0.0.1";
+  // Address this rank's Gloo device binds and peers connect to (every rank,
+  // rank 0 included). The store server itself listens on all interfaces.
+  std::string comm_host = "127.0.0.1";
   std::function<void(const StoreAddress&)> store_ready;
   // Ranks > 0 block here until rank 0's address is known (relayed by the
   // controller); an error aborts the run.

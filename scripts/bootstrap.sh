@@ -14,7 +14,7 @@ PACKAGES=(
   # build
   cmake ninja-build g++ pkg-config git
   # agent: LibTorch, with the OpenMP OpenBLAS it should run on
-  libtorch-dev libopenblas0-openmp
+  libtorch-dev libgloo-dev libopenblas0-openmp
   # RPC and formats
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   libboost-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev

