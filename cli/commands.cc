@@ -285,6 +285,19 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     return 0;
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
+    // CLI11 reports a mistyped command as "a subcommand is required": name it.
+    if (app.get_subcommands().empty()) {
+      for (size_t i = 1; i < args.size(); ++i) {
+        if (args[i].empty() || args[i][0] == '-') {
+          if (args[i].find('=') == std::string::npos && i + 1 < args.size() && args[i] != "--json") ++i;
+          continue;
+        }
+        std::string names;
+        for (const auto* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
+        msg = "unknown command '" + args[i] + "'; commands: " + names;
+        break;
+      }
+    }
     err << "error: " << msg << " (see `firedrill --help`)\n";
     return 2;
   }
