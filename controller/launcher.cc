@@ -58,6 +58,20 @@ StatusOr<pid_t> Launcher::Launch(const std::string& agent_id, const std::string&
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The environment is built before fork: the child of a multi-threaded
+  // process may only make async-signal-safe calls, and setenv allocates.
+  // One BLAS/OpenMP thread per rank unless told otherwise: several ranks
+  // share the cores, and oversubscription wrecks step times.
+  std::vector<std::string> env_store;
+  bool has_omp = false;
+  for (char** e = environ; *e != nullptr; ++e) {
+    env_store.emplace_back(*e);
+    has_omp = has_omp || env_store.back().rfind("OMP_NUM_THREADS=", 0) == 0;
+  }
+  if (!has_omp) env_store.emplace_back("OMP_NUM_THREADS=1");
+  std::vector<char*> envp;
+  for (auto& e : env_store) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t parent = getpid();
 
   std::lock_guard<std::mutex> lock(mu_);
@@ -75,10 +89,7 @@ StatusOr<pid_t> Launcher::Launch(const std::string& agent_id, const std::string&
     }
     const int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
-    // One BLAS/OpenMP thread per rank unless told otherwise: several ranks
-    // share the cores, and oversubscription wrecks step times.
-    setenv("OMP_NUM_THREADS", "1", 0);
-    execv(agent_bin_.c_str(), argv.data());
+    execve(agent_bin_.c_str(), argv.data(), envp.data());
     _exit(127);
   }
   setpgid(pid, pid);  // also from the parent, so the group exists before any kill

@@ -1,5 +1,6 @@
 #include "tests/e2e/harness.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,8 +38,9 @@ ControllerProcess::ControllerProcess(std::string state_dir) : state_dir_(std::mo
   std::remove((state_dir_ + "/controller.addr").c_str());
   pid_ = fork();
   if (pid_ == 0) {
-    FILE* f = std::freopen(log.c_str(), "a", stderr);
-    (void)f;
+    // Only async-signal-safe calls: this process has gRPC threads.
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) dup2(fd, 2);
     execl(bin.c_str(), bin.c_str(), "--listen", "127.0.0.1:0", "--state-dir", state_dir_.c_str(),
           "--scenarios", FIREDRILL_SOURCE_DIR "/scenarios", static_cast<char*>(nullptr));
     _exit(127);
