@@ -1,1 +1,201 @@
-// placeholder: being written
+// The tracking allocator (agent/memory.h). It is process-global: every test
+// installs it (idempotent) and leaves the budget off and nothing allocated.
+#include "agent/memory.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <thread>
+
+namespace firedrill::agent {
+namespace {
+
+constexpr int64_t kMiB = 1024 * 1024;
+
+class Memory : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    InstallTrackingAllocator();
+    ASSERT_TRUE(TrackingAllocatorInstalled());
+    SetBudget(0);
+  }
+  void TearDown() override {
+    SetBudget(0);
+    ResetPeak();
+  }
+};
+
+TEST_F(Memory, InstallIsIdempotent) {
+  InstallTrackingAllocator();
+  InstallTrackingAllocator();
+  const int64_t before = LiveBytes();
+  {
+    auto t = torch::empty({1024}, torch::kFloat);
+    EXPECT_EQ(LiveBytes() - before, 4096) << "counted once, not once per install";
+  }
+  EXPECT_EQ(LiveBytes(), before);
+}
+
+TEST_F(Memory, LiveBytesRiseAndFall) {
+  const int64_t before = LiveBytes();
+  int64_t during = 0;
+  {
+    auto t = torch::empty({3, kMiB / 4}, torch::kFloat);  // 3 MiB
+    during = LiveBytes();
+    EXPECT_GE(during - before, static_cast<int64_t>(t.nbytes()));
+    auto d = torch::zeros({1000}, torch::kDouble);
+    EXPECT_GE(LiveBytes() - during, 8000);
+  }
+  EXPECT_EQ(LiveBytes(), before) << "freed tensors are uncounted";
+  auto empty = torch::empty({0});
+  EXPECT_EQ(LiveBytes(), before) << "an empty tensor holds nothing";
+}
+
+TEST_F(Memory, PeakTracksTheHighWaterMark) {
+  const int64_t base = LiveBytes();
+  ResetPeak();
+  EXPECT_EQ(PeakBytes(), base);
+  {
+    auto a = torch::empty({kMiB}, torch::kFloat);          // 4 MiB
+    { auto b = torch::empty({kMiB / 2}, torch::kFloat); }  // +2 MiB, freed
+  }
+  EXPECT_EQ(LiveBytes(), base);
+  EXPECT_GE(PeakBytes() - base, 6 * kMiB);
+  EXPECT_LT(PeakBytes() - base, 6 * kMiB + 4096);
+  ResetPeak();
+  EXPECT_EQ(PeakBytes(), base);
+}
+
+TEST_F(Memory, RawAllocateInterfaceStillWorks) {
+  const int64_t before = LiveBytes();
+  c10::Allocator* a = c10::GetCPUAllocator();
+  void* p = a->raw_allocate(1000);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u) << "LibTorch's alignment kept";
+  EXPECT_EQ(LiveBytes() - before, 1000);
+  a->raw_deallocate(p);
+  EXPECT_EQ(LiveBytes(), before);
+}
+
+TEST_F(Memory, FormatSizeLikePyTorch) {
+  EXPECT_EQ(FormatSize(512), "512 bytes");
+  EXPECT_EQ(FormatSize(1024), "1024 bytes");
+  EXPECT_EQ(FormatSize(1536), "1.50 KiB");
+  EXPECT_EQ(FormatSize(1048576), "1024.00 KiB");
+  EXPECT_EQ(FormatSize(20 * kMiB), "20.00 MiB");
+  EXPECT_EQ(FormatSize(3ULL << 30), "3.00 GiB");
+}
+
+TEST_F(Memory, MessageHasPyTorchsShape) {
+  // The figures of the brief's example: 498.21 MiB allocated of 512 MiB.
+  const int64_t allocated = 522413015;
+  EXPECT_EQ(
+      OutOfMemoryMessage(20 * kMiB, 512 * kMiB, allocated, 0),
+      "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 512.00 MiB total capacity; "
+      "498.21 MiB already allocated; 13.79 MiB free; 498.21 MiB reserved in total by PyTorch) "
+      "If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  "
+      "See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF");
+}
+
+TEST_F(Memory, BudgetExceededThrowsCudaLikeErrorAndLeaksNothing) {
+  auto keep = torch::empty({kMiB}, torch::kFloat);  // something already allocated
+  const int64_t live = LiveBytes();
+  const int64_t budget = live + 8 * kMiB;
+  SetBudget(budget, /*device_index=*/3);
+  EXPECT_EQ(Budget(), budget);
+  { auto fits = torch::empty({kMiB}, torch::kFloat); }  // 4 MiB: under budget
+  std::string what;
+  try {
+    auto t = torch::empty({5 * kMiB}, torch::kFloat);  // 20 MiB
+    ADD_FAILURE() << "allocation over budget succeeded";
+  } catch (const c10::OutOfMemoryError& e) {
+    what = e.what_without_backtrace();
+    EXPECT_EQ(std::string(e.what()).rfind(what, 0), 0u) << e.what();
+  }
+  EXPECT_EQ(what, OutOfMemoryMessage(20 * kMiB, budget, live, 3));
+  EXPECT_NE(what.find("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 3; " + FormatSize(budget) +
+                      " total capacity; " + FormatSize(live) + " already allocated; 8.00 MiB free; "),
+            std::string::npos)
+      << what;
+  EXPECT_EQ(LiveBytes(), live) << "a refused allocation leaves no bytes behind";
+  // It is a c10::Error, so ops that allocate inside LibTorch surface it too.
+  EXPECT_THROW(torch::matmul(torch::ones({2048, 1}), torch::ones({1, 2048})), c10::Error);
+  EXPECT_EQ(LiveBytes(), live);
+  // And out of backward (the autograd engine rethrows it unchanged).
+  auto w = torch::ones({1024, 1024}, torch::requires_grad());  // 4 MiB, fits
+  auto y = torch::matmul(torch::ones({1, 1024}), w).sum();
+  try {
+    y.backward();  // the 4 MiB weight gradient does not fit any more
+    ADD_FAILURE() << "backward over budget succeeded";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA out of memory. Tried to allocate 4.00 MiB"), std::string::npos)
+        << e.what();
+  }
+  w.reset();
+  y.reset();
+  EXPECT_EQ(LiveBytes(), live);
+  SetBudget(0);
+  { auto t = torch::empty({5 * kMiB}, torch::kFloat); }
+  EXPECT_EQ(LiveBytes(), live);
+}
+
+TEST_F(Memory, ConcurrentAllocationsBalance) {
+  const int64_t before = LiveBytes();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([i] {
+      for (int k = 0; k < 500; ++k) {
+        auto t = torch::empty({(k % 7 + 1) * 1000 + i});
+        auto u = t.clone();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(LiveBytes(), before);
+}
+
+TEST_F(Memory, TensorBytesCountsStoragesOnce) {
+  auto flat = torch::zeros({1000});
+  auto a = flat.narrow(0, 0, 400);
+  auto b = flat.narrow(0, 400, 600);
+  EXPECT_EQ(TensorBytes({a, b}), 4000);
+  EXPECT_EQ(TensorBytes({flat, flat, a}), 4000);
+  EXPECT_EQ(TensorBytes({torch::zeros({10}, torch::kDouble), at::Tensor()}), 80);
+  EXPECT_EQ(TensorBytes({}), 0);
+}
+
+// One forward+backward of a small MLP: the measured activation peak must
+// grow with the batch (activations are batch x width; weights are not).
+int64_t ActivationPeak(int64_t batch) {
+  torch::manual_seed(1);
+  auto w1 = torch::randn({256, 64}, torch::requires_grad());
+  auto w2 = torch::randn({256, 256}, torch::requires_grad());
+  auto w3 = torch::randn({10, 256}, torch::requires_grad());
+  auto x = torch::randn({batch, 64});
+  auto step = [&] {
+    auto h = torch::relu(torch::nn::functional::linear(x, w1));
+    h = torch::relu(torch::nn::functional::linear(h, w2));
+    torch::nn::functional::linear(h, w3).pow(2).mean().backward();
+  };
+  step();  // allocates .grad, so the probe sees activations only
+  StepMemoryProbe probe;
+  probe.Begin();
+  step();
+  return probe.End();
+}
+
+TEST_F(Memory, ActivationPeakGrowsWithBatch) {
+  const int64_t small = ActivationPeak(128);
+  const int64_t large = ActivationPeak(2048);
+  // At batch 2048 the two hidden activations alone are 2 x 2 MiB.
+  EXPECT_GE(large, 2 * 2048 * 256 * 4);
+  EXPECT_GT(small, 0);
+  EXPECT_GT(static_cast<double>(large) / small, 4.0) << small << " vs " << large << " for 16x the batch";
+  StepMemoryProbe idle;
+  idle.Begin();
+  EXPECT_EQ(idle.End(), 0);
+}
+
+}  // namespace
+}  // namespace firedrill::agent
