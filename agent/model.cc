@@ -6,8 +6,104 @@
 
 namespace firedrill::agent {
 
+namespace {
+
+std::string ErrorMessage(const std::exception& e) {
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
+  return e.what();
+}
+
+class MlpModel final : public TrainModel {
+ public:
+  explicit MlpModel(torch::nn::Sequential net) : net_(std::move(net)) {
+    for (const auto& m : net_->modules(/*include_self=*/false)) {
+      if (auto* lin = m->as<torch::nn::Linear>()) linears_.push_back(lin);
+    }
+  }
+
+  const std::string& kind() const override {
+    static const std::string k = "mlp";
+    return k;
+  }
+
+  StatusOr<at::Tensor> Loss(const Batch& batch) override {
+    try {
+      // Same maths as net_->forward (nn::Linear is at::linear), spelled out
+      // so every product goes through the precision seam.
+      at::Tensor x = Boundary(seam_, batch.x);
+      for (size_t i = 0; i < linears_.size(); ++i) {
+        x = Linear(seam_, x, linears_[i]->weight, linears_[i]->bias);
+        if (i + 1 < linears_.size()) x = at::relu(x);
+        x = Boundary(seam_, x);
+      }
+      return at::cross_entropy_loss(x.to(at::kFloat), batch.y);
+    } catch (const std::exception& e) {
+      return Internal("mlp loss failed: " + ErrorMessage(e));
+    }
+  }
+
+  double TrainFlopsPerToken(int64_t) const override {
+    double weights = 0;
+    for (const auto* lin : linears_) weights += static_cast<double>(lin->weight.numel());
+    return 6.0 * weights;
+  }
+
+  torch::nn::Module& module() override { return *net_; }
+  const torch::nn::Module& module() const override { return *net_; }
+  ComputeSeam& seam() override { return seam_; }
+
+ private:
+  torch::nn::Sequential net_;
+  std::vector<torch::nn::LinearImpl*> linears_;
+  ComputeSeam seam_;
+};
+
+class GptModel final : public TrainModel {
+ public:
+  explicit GptModel(Gpt gpt) : gpt_(std::move(gpt)) {}
+
+  const std::string& kind() const override {
+    static const std::string k = "gpt-tiny";
+    return k;
+  }
+
+  StatusOr<at::Tensor> Loss(const Batch& batch) override {
+    if (batch.x.dim() != 2 || batch.x.scalar_type() != at::kLong) {
+      return InvalidArgument("gpt-tiny needs a token batch ([B, T] int64 inputs); is data.kind tokens?");
+    }
+    try {
+      return gpt_->Loss(batch.x, batch.y, batch.mask);
+    } catch (const std::exception& e) {
+      return Internal("gpt-tiny loss failed: " + ErrorMessage(e));
+    }
+  }
+
+  double TrainFlopsPerToken(int64_t context) const override { return gpt_->TrainFlopsPerToken(context); }
+  torch::nn::Module& module() override { return *gpt_; }
+  const torch::nn::Module& module() const override { return *gpt_; }
+  ComputeSeam& seam() override { return gpt_->seam; }
+
+ private:
+  Gpt gpt_;
+};
+
+}  // namespace
+
+int64_t TrainModel::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
 Status ValidateModelSpec(const v1::ModelSpec& spec) {
-  if (spec.kind() != "mlp") return InvalidArgument("model.kind must be \"mlp\", got \"" + spec.kind() + "\"");
+  if (spec.kind() == "gpt-tiny") {
+    if (spec.vocab_size() < 0) return InvalidArgument("model.vocab_size must be >= 0 (0 = 256)");
+    if (spec.mlp_ratio() < 0) return InvalidArgument("model.mlp_ratio must be >= 0 (0 = 4)");
+    return ValidateGptConfig(GptConfigFromSpec(spec));
+  }
+  if (spec.kind() != "mlp") {
+    return InvalidArgument("model.kind must be \"mlp\" or \"gpt-tiny\", got \"" + spec.kind() + "\"");
+  }
   if (spec.input_dim() <= 0) return InvalidArgument("model.input_dim must be > 0");
   if (spec.num_classes() <= 1) return InvalidArgument("model.num_classes must be > 1");
   if (spec.layers() < 0) return InvalidArgument("model.layers must be >= 0");
@@ -15,8 +111,22 @@ Status ValidateModelSpec(const v1::ModelSpec& spec) {
   return Status::Ok();
 }
 
+GptConfig GptConfigFromSpec(const v1::ModelSpec& spec) {
+  GptConfig c;
+  c.vocab_size = spec.vocab_size() > 0 ? spec.vocab_size() : kByteVocab;
+  c.seq_len = spec.seq_len();
+  c.d_model = spec.hidden();
+  c.layers = spec.layers();
+  c.heads = spec.heads();
+  c.mlp_ratio = spec.mlp_ratio() > 0 ? spec.mlp_ratio() : 4;
+  c.activation_checkpointing = spec.activation_checkpointing();
+  return c;
+}
+
 StatusOr<torch::nn::Sequential> BuildModel(const v1::ModelSpec& spec, uint64_t seed) {
   FD_RETURN_IF_ERROR(ValidateModelSpec(spec));
+  if (spec.kind() != "mlp")
+    return InvalidArgument("BuildModel builds mlp only; use CreateModel for " + spec.kind());
   try {
     torch::nn::Sequential net;
     int64_t in = spec.input_dim();
@@ -43,6 +153,18 @@ StatusOr<torch::nn::Sequential> BuildModel(const v1::ModelSpec& spec, uint64_t s
   } catch (const std::exception& e) {
     return Internal(std::string("building the model failed: ") + e.what());
   }
+}
+
+StatusOr<std::unique_ptr<TrainModel>> CreateModel(const v1::ModelSpec& spec, uint64_t seed) {
+  FD_RETURN_IF_ERROR(ValidateModelSpec(spec));
+  if (spec.kind() == "gpt-tiny") {
+    auto gpt = BuildGpt(GptConfigFromSpec(spec), seed);
+    if (!gpt.ok()) return gpt.status();
+    return std::unique_ptr<TrainModel>(new GptModel(std::move(gpt).value()));
+  }
+  auto net = BuildModel(spec, seed);
+  if (!net.ok()) return net.status();
+  return std::unique_ptr<TrainModel>(new MlpModel(std::move(net).value()));
 }
 
 }  // namespace firedrill::agent
