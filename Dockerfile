@@ -21,6 +21,7 @@ COPY controller/ controller/
 COPY cli/ cli/
 COPY scenarios/ scenarios/
 COPY runbooks/ runbooks/
+COPY data/ data/
 
 # The binaries fall back to <exe>/../share/firedrill/scenarios once the source
 # tree (baked in at build time) is gone; FIREDRILL_SCENARIOS says it outright.
@@ -29,10 +30,11 @@ RUN cmake -S . -B /tmp/build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFIREDR
  && install -m 0755 -t /usr/local/bin \
       /tmp/build/bin/firedrill-controller /tmp/build/bin/firedrill-agent /tmp/build/bin/firedrill \
  && mkdir -p /usr/local/share/firedrill \
- && cp -r scenarios runbooks /usr/local/share/firedrill/ \
+ && cp -r scenarios runbooks data /usr/local/share/firedrill/ \
  && rm -rf /tmp/build /src
 
-ENV FIREDRILL_SCENARIOS=/usr/local/share/firedrill/scenarios
+ENV FIREDRILL_SCENARIOS=/usr/local/share/firedrill/scenarios \
+    FIREDRILL_DATA=/usr/local/share/firedrill/data
 
 # Not root: nothing here needs it. The state dir is created owned by this
 # user so a fresh named volume mounted there inherits the ownership.
