@@ -1,0 +1,144 @@
+// Sharded, verified checkpoints.
+//
+// Layout: <root>/step-<N>/rank-<r>.pt (one shard per rank) + manifest.json.
+// A checkpoint is complete only once manifest.json exists; the manifest lists
+// every shard with its size and SHA-256, so a torn, truncated or tampered
+// checkpoint is refused on load instead of silently resuming from bad state.
+//
+// Write protocol (the trainer drives it; nothing here talks to c10d):
+//   1. every rank:  WriteShard(step_dir, rank, data, &info)
+//      (atomic: temp file in step_dir, fsync, rename, fsync of the directory;
+//      size and SHA-256 are computed from the bytes as written, no re-read)
+//   2. gather the ShardInfos on rank 0 (e.g. sizes + the 32 digest bytes via an
+//      all-gather), or, with a shared file system, barrier and call
+//      DescribeShard() on rank 0 for each rank (re-reads and hashes the file)
+//   3. rank 0:      WriteManifest(step_dir, manifest) - written last, atomically
+//   4. rank 0:      PruneCheckpoints(root, keep) if wanted
+// Every WriteShard first removes a manifest left in step_dir by an earlier
+// write of the same step, before its own shard replaces the old one, so a
+// crash mid-rewrite reads as "incomplete", never as a stale manifest that
+// vouches for a different set of shards.
+//
+// Shard format: torch::jit::pickle_save of one c10::Dict<std::string, Tensor>
+// (the zip container of Python's torch.save; Python's torch.load opens it).
+// Keys are "tensor/<name>" for ShardData::tensors and "blob/<name>" for
+// ShardData::blobs, a blob stored as a 1-D uint8 tensor of its bytes. The
+// pickle stores each storage's raw bytes plus dtype/sizes/strides, so values
+// (NaN payloads, -0.0, denormals, any dtype) round-trip bitwise. Tensors are
+// saved detached, on CPU and compact (a view is cloned first, so a shard never
+// drags in a whole foreign storage and loaded tensors never alias each other).
+//
+// Tensor naming convention: model parameters/buffers are "model/<name>"
+// (ExportConsolidated exports exactly these, prefix stripped); optimiser state
+// is "optim/<...>". Blob names are free-form (e.g. "loss_scaler", "rng",
+// "data_cursor", "step").
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace firedrill::agent {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr const char* kManifestFileName = "manifest.json";
+inline constexpr const char* kModelTensorPrefix = "model/";
+
+struct ShardData {
+  std::map<std::string, at::Tensor> tensors;
+  std::map<std::string, std::string> blobs;  // arbitrary bytes
+};
+
+struct ShardInfo {
+  std::string file;    // "rank-<r>.pt", relative to the step directory
+  int rank = -1;
+  int64_t bytes = 0;
+  std::string sha256;  // 64 lowercase hex digits
+};
+
+struct Manifest {
+  int format_version = kCheckpointFormatVersion;
+  int64_t step = 0;
+  int world_size = 0;
+  std::string config_hash;      // opaque, from the caller (e.g. hash of the JobSpec)
+  int64_t created_unix_ms = 0;  // 0: WriteManifest stamps the current time
+  std::vector<ShardInfo> shards;
+};
+
+// What the loading job expects; empty/zero fields are not checked.
+struct LoadExpect {
+  int world_size = 0;
+  std::string config_hash;
+};
+
+struct CheckpointSummary {
+  int64_t step = 0;
+  std::string dir;              // full path of the step directory
+  int world_size = 0;           // from the manifest; 0 if unreadable
+  int shards = 0;               // shards listed in the manifest (files on disk if none)
+  int64_t bytes = 0;            // sum of shard file sizes on disk
+  int64_t created_unix_ms = 0;  // from the manifest; 0 if unreadable
+  bool valid = false;
+  std::string reason;           // why invalid: short, names the file ("rank-1.pt: SHA-256 mismatch ...")
+  std::string error;            // the full message VerifyCheckpoint returns
+};
+
+// "<root>/step-<step>"; "rank-<rank>.pt".
+std::string StepDir(const std::string& root, int64_t step);
+std::string ShardFileName(int rank);
+
+// Writes this rank's shard atomically (creates step_dir if needed). `out`
+// (may be null) receives the manifest entry for the shard.
+Status WriteShard(const std::string& step_dir, int rank, const ShardData& data, ShardInfo* out);
+
+// Stats and hashes an existing shard file (for rank 0 when the other ranks'
+// ShardInfos were not gathered).
+StatusOr<ShardInfo> DescribeShard(const std::string& step_dir, int rank);
+
+// Validates the manifest (one shard per rank 0..world_size-1, each file on
+// disk with the listed size) and writes it atomically. Does not re-hash.
+Status WriteManifest(const std::string& step_dir, const Manifest& manifest);
+
+// Parses and validates manifest.json (structure only; shards are not read).
+StatusOr<Manifest> ReadManifest(const std::string& step_dir);
+
+// Verifies manifest, world size / config hash against `expect`, presence,
+// size and SHA-256 of this rank's shard, then decodes it. The bytes hashed are
+// the bytes decoded (one read), so a file changing underneath cannot slip by.
+StatusOr<ShardData> LoadShard(const std::string& step_dir, int rank, const LoadExpect& expect = {});
+
+// Checks the manifest and size + SHA-256 of every shard. OK iff loadable.
+Status VerifyCheckpoint(const std::string& step_dir);
+
+// Every step-<N> directory under root, newest first, each fully verified.
+StatusOr<std::vector<CheckpointSummary>> ListCheckpoints(const std::string& root);
+
+// The newest checkpoint that verifies; NotFound if there is none. Stops
+// hashing at the first valid one.
+StatusOr<std::string> LatestValidCheckpoint(const std::string& root);
+
+// Keeps the newest `keep` valid checkpoints and deletes every checkpoint older
+// than the oldest kept one (valid or not). Invalid checkpoints newer than that
+// are left alone: one may be in the middle of being written, and a corrupt one
+// is evidence a learner may want to inspect. keep <= 0 keeps everything.
+Status PruneCheckpoints(const std::string& root, int keep);
+
+// Writes rank 0's "model/*" tensors (prefix stripped) as one file that
+// Python's torch.load reads as a dict {name: tensor}. Rank 0 suffices because
+// data-parallel ranks hold identical replicas after every optimiser step.
+// The whole checkpoint is verified first (an export never comes from one we
+// would not resume from); the export is written atomically.
+Status ExportConsolidated(const std::string& step_dir, const std::string& out_file);
+
+// SHA-256 of a file, lowercase hex (OpenSSL EVP).
+StatusOr<std::string> Sha256File(const std::string& path);
+
+// "2024-05-01T12:34:56Z" (UTC), for manifests and listings.
+std::string FormatUtc(int64_t unix_ms);
+
+}  // namespace firedrill::agent
