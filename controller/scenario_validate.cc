@@ -46,25 +46,85 @@ Check NonEmpty(const std::string& path, const std::string& v) {
   return v.empty() ? Fail(path, "is required") : std::nullopt;
 }
 
+Check Fraction(const std::string& path, double v) {  // [0, 1)
+  return v >= 0 && v < 1 ? std::nullopt : Fail(path, Str("must be in [0, 1), got ", v));
+}
+
+Check CheckModel(const v1::ModelSpec& m, const std::string& p) {
+  FD_CHECK(OneOf(Join(p, "kind"), m.kind(), {"mlp", "gpt-tiny"}));
+  FD_CHECK(InRange(Join(p, "layers"), m.layers(), 1, 16));
+  FD_CHECK(AtLeast(Join(p, "hidden"), m.hidden(), 1));
+  if (m.kind() == "mlp") {
+    FD_CHECK(AtLeast(Join(p, "input_dim"), m.input_dim(), 1));
+    FD_CHECK(AtLeast(Join(p, "num_classes"), m.num_classes(), 1));
+    return std::nullopt;
+  }
+  FD_CHECK(InRange(Join(p, "seq_len"), m.seq_len(), 2, 4096));
+  FD_CHECK(InRange(Join(p, "heads"), m.heads(), 1, 64));
+  if (m.hidden() % m.heads() != 0) {
+    return Fail(Join(p, "hidden"), Str("must be a multiple of heads (", m.heads(), "), got ", m.hidden()));
+  }
+  if (m.vocab_size() != 0) FD_CHECK(InRange(Join(p, "vocab_size"), m.vocab_size(), 2, 65536));
+  return InRange(Join(p, "mlp_ratio"), m.mlp_ratio(), 0, 16);
+}
+
+Check CheckData(const v1::JobSpec& j, const std::string& p) {
+  const v1::DataSpec& d = j.data();
+  FD_CHECK(InRange(Join(p, "batch_size"), d.batch_size(), 1, 4096));
+  FD_CHECK(InRange(Join(p, "num_workers"), d.num_workers(), 0, 64));
+  FD_CHECK(InRange(Join(p, "prefetch_depth"), d.prefetch_depth(), 0, 1024));
+  FD_CHECK(AtLeast(Join(p, "sample_latency_ms"), d.sample_latency_ms(), 0.0));
+  FD_CHECK(OneOf(Join(p, "sampler"), d.sampler(), {"", "random", "length_bucketed"}));
+  FD_CHECK(OneOf(Join(p, "source"), d.source(), {"", "text", "synthetic"}));
+  if (j.model().kind() == "gpt-tiny" && d.min_seq_len() != 0) {
+    FD_CHECK(InRange(Join(p, "min_seq_len"), d.min_seq_len(), 1, j.model().seq_len()));
+  }
+  return std::nullopt;
+}
+
+Check CheckOptim(const v1::OptimSpec& o, const std::string& p) {
+  FD_CHECK(OneOf(Join(p, "kind"), o.kind(), {"sgd", "adamw"}));
+  FD_CHECK(Positive(Join(p, "lr"), o.lr()));
+  FD_CHECK(Fraction(Join(p, "momentum"), o.momentum()));
+  FD_CHECK(AtLeast(Join(p, "weight_decay"), o.weight_decay(), 0.0));
+  FD_CHECK(Fraction(Join(p, "beta1"), o.beta1()));
+  FD_CHECK(Fraction(Join(p, "beta2"), o.beta2()));
+  FD_CHECK(AtLeast(Join(p, "eps"), o.eps(), 0.0));
+  FD_CHECK(AtLeast(Join(p, "warmup_steps"), o.warmup_steps(), 0));
+  FD_CHECK(OneOf(Join(p, "lr_scaling"), o.lr_scaling(), {"", "none", "linear", "sqrt"}));
+  if (!o.lr_scaling().empty() && o.lr_scaling() != "none") {
+    return AtLeast(Join(p, "reference_global_batch"), o.reference_global_batch(), 1);
+  }
+  return std::nullopt;
+}
+
+Check CheckLossScale(const v1::LossScaleSpec& l, const std::string& p) {
+  FD_CHECK(OneOf(Join(p, "mode"), l.mode(), {"", "none", "static", "dynamic"}));
+  FD_CHECK(AtLeast(Join(p, "init_scale"), l.init_scale(), 0.0));
+  if (l.growth_factor() != 0 && !(l.growth_factor() > 1)) {
+    return Fail(Join(p, "growth_factor"), Str("must be > 1, got ", l.growth_factor()));
+  }
+  if (l.backoff_factor() != 0 && !(l.backoff_factor() > 0 && l.backoff_factor() < 1)) {
+    return Fail(Join(p, "backoff_factor"), Str("must be in (0, 1), got ", l.backoff_factor()));
+  }
+  return AtLeast(Join(p, "growth_interval"), l.growth_interval(), 0);
+}
+
 Check CheckJob(const v1::JobSpec& j, const std::string& p) {
   FD_CHECK(InRange(Join(p, "world_size"), j.world_size(), 1, 64));
-  FD_CHECK(OneOf(Join(p, "model.kind"), j.model().kind(), {"mlp"}));
-  FD_CHECK(AtLeast(Join(p, "model.input_dim"), j.model().input_dim(), 1));
-  FD_CHECK(AtLeast(Join(p, "model.hidden"), j.model().hidden(), 1));
-  FD_CHECK(InRange(Join(p, "model.layers"), j.model().layers(), 1, 16));
-  FD_CHECK(AtLeast(Join(p, "model.num_classes"), j.model().num_classes(), 1));
-  FD_CHECK(InRange(Join(p, "data.batch_size"), j.data().batch_size(), 1, 4096));
-  FD_CHECK(AtLeast(Join(p, "data.num_workers"), j.data().num_workers(), 0));
-  FD_CHECK(OneOf(Join(p, "optim.kind"), j.optim().kind(), {"sgd"}));
-  FD_CHECK(Positive(Join(p, "optim.lr"), j.optim().lr()));
-  if (!(j.optim().momentum() >= 0 && j.optim().momentum() < 1)) {
-    return Fail(Join(p, "optim.momentum"), Str("must be in [0, 1), got ", j.optim().momentum()));
-  }
-  FD_CHECK(OneOf(Join(p, "precision"), j.precision(), {"fp32"}));
+  FD_CHECK(CheckModel(j.model(), Join(p, "model")));
+  FD_CHECK(CheckData(j, Join(p, "data")));
+  FD_CHECK(CheckOptim(j.optim(), Join(p, "optim")));
+  FD_CHECK(OneOf(Join(p, "precision"), j.precision(), {"fp32", "bf16", "fp16"}));
+  FD_CHECK(CheckLossScale(j.loss_scale(), Join(p, "loss_scale")));
+  FD_CHECK(AtLeast(Join(p, "memory.device_budget_mb"), j.memory().device_budget_mb(), 0.0));
   FD_CHECK(AtLeast(Join(p, "steps"), j.steps(), int64_t{1}));
+  FD_CHECK(InRange(Join(p, "grad_accum_steps"), j.grad_accum_steps(), 0, 1024));
   FD_CHECK(AtLeast(Join(p, "checkpoint.every"), j.checkpoint().every(), 0));
+  FD_CHECK(AtLeast(Join(p, "checkpoint.keep"), j.checkpoint().keep(), 0));
   FD_CHECK(OneOf(Join(p, "comm.backend"), j.comm().backend(), {"gloo"}));
   FD_CHECK(AtLeast(Join(p, "comm.bucket_mb"), j.comm().bucket_mb(), 0.0));
+  FD_CHECK(AtLeast(Join(p, "comm.first_bucket_mb"), j.comm().first_bucket_mb(), 0.0));
   FD_CHECK(Positive(Join(p, "comm.timeout_s"), j.comm().timeout_s()));
   FD_CHECK(AtLeast(Join(p, "threads_per_rank"), j.threads_per_rank(), 0));
   return std::nullopt;

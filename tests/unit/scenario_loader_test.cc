@@ -103,9 +103,12 @@ TEST(ScenarioLoader, GoodTextParsesWithScalarsAndLiterals) {
 }
 
 TEST(ScenarioLoader, UnknownKeyListsKnownKeysAtItsLine) {
-  EXPECT_EQ(ErrorOf(With("  precision: fp32", "  precison: fp32")),
-            "t.yaml:9:3: job: unknown key 'precison'; known keys: world_size, model, data, optim, precision, "
-            "steps, checkpoint, comm, threads_per_rank");
+  // The key list follows the proto; pin its start, not every field.
+  EXPECT_EQ(ErrorOf(With("  precision: fp32", "  precison: fp32"))
+                .rfind("t.yaml:9:3: job: unknown key 'precison'; known keys: world_size, model, data, optim, "
+                       "precision, steps, ",
+                       0),
+            0u);
   EXPECT_EQ(ErrorOf(With("id: t", "id: t\nsource_file: x")),
             "t.yaml:2:1: 'source_file' is set by the loader, not in the file");
 }
@@ -180,12 +183,14 @@ TEST(ScenarioLoader, SetRemediationIsCheckedLikeAFix) {
                                  "[{set: {key: data.batch_size, value: '16'}}]"),
                             "t.yaml")
                   .ok());
-  EXPECT_EQ(
-      ErrorOf(With("[{replace_host: $faults.0.target.rank}]", "[{set: {key: data.size, value: '16'}}]")),
-      "t.yaml:21:21: remediations[0].actions[0].set: unknown setting 'data.size'; known settings: "
-      "checkpoint.every, comm.backend, comm.bucket_mb, comm.timeout_s, data.batch_size, data.num_workers, "
-      "data.seed, model.hidden, model.input_dim, model.kind, model.layers, model.num_classes, optim.kind, "
-      "optim.lr, optim.momentum, precision, steps, threads_per_rank, world_size");
+  const std::string err =
+      ErrorOf(With("[{replace_host: $faults.0.target.rank}]", "[{set: {key: data.size, value: '16'}}]"));
+  EXPECT_EQ(err.rfind("t.yaml:21:21: remediations[0].actions[0].set: unknown setting 'data.size'; known settings: "
+                      "checkpoint.",
+                      0),
+            0u)
+      << err;
+  EXPECT_NE(err.find(" data.batch_size, "), std::string::npos) << err;
 }
 
 TEST(ScenarioLoader, YamlSyntaxErrorHasLine) {
@@ -207,7 +212,7 @@ TEST(ScenarioLoader, MissingOrBadRequiredFields) {
   EXPECT_EQ(ErrorOf(With("cause: straggler", "cause: gremlins"))
                 .rfind("t.yaml:18:10: answer.cause: unknown cause 'gremlins'; known causes: straggler, ", 0),
             0u);
-  EXPECT_EQ(ErrorOf(With("kind: mlp, ", "")), "t.yaml:6:10: job.model.kind: must be one of mlp, got ''");
+  EXPECT_EQ(ErrorOf(With("kind: mlp, ", "")), "t.yaml:6:10: job.model.kind: must be one of mlp, gpt-tiny, got ''");
   EXPECT_EQ(ErrorOf(With("  world_size: 4", "  world_size: 65")),
             "t.yaml:5:15: job.world_size: must be in 1..64, got 65");
   EXPECT_EQ(ErrorOf(With("window_steps: 10", "window_steps: 0")),
@@ -263,12 +268,14 @@ TEST(ApplyJobSetting, UnknownKeyListsKnownSettings) {
   v1::JobSpec job = GoodJob();
   Status st = ApplyJobSetting(&job, "data", "1");
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(st.message().rfind("unknown setting 'data'; known settings: checkpoint.every, comm.backend, ", 0),
-            0u)
-      << st.message();
+  EXPECT_EQ(st.message().rfind("unknown setting 'data'; known settings: checkpoint.", 0), 0u) << st.message();
   const auto keys = JobSettingKeys();
   EXPECT_TRUE(std::is_sorted(keys.begin(), keys.end()));
-  EXPECT_EQ(keys.size(), 19u);
+  EXPECT_TRUE(std::adjacent_find(keys.begin(), keys.end()) == keys.end());
+  // Every scalar leaf of JobSpec, messages themselves excluded.
+  EXPECT_TRUE(std::binary_search(keys.begin(), keys.end(), "data.batch_size"));
+  EXPECT_TRUE(std::binary_search(keys.begin(), keys.end(), "loss_scale.mode"));
+  EXPECT_FALSE(std::binary_search(keys.begin(), keys.end(), "data"));
 }
 
 TEST(ApplyJobSetting, BadValueNamesType) {
