@@ -1,17 +1,21 @@
-// One data-parallel rank. Gradients live as views into one flat buffer with
-// a trailing stop flag, so each step needs a single all-reduce that both
-// averages gradients and agrees on stopping, and no per-step copies.
+// One data-parallel rank. Gradients live as views into the reducer's bucket
+// buffers, so backward writes straight into what is all-reduced; the buckets
+// start from autograd hooks while backward still runs, and the last one also
+// carries the ranks' votes to stop, so stopping costs no extra collective.
 #include "agent/trainer.h"
 
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <mutex>
 
 #include "agent/comm/process_group.h"
 #include "agent/data.h"
 #include "agent/model.h"
+#include "agent/optim.h"
+#include "agent/reducer.h"
 #include "common/rng.h"
 #include "faults/hook_bus.h"
 
@@ -45,25 +49,30 @@ Status ValidateJob(const TrainerOptions& o) {
   const auto& j = o.job;
   if (j.world_size() < 1) return InvalidArgument("job.world_size must be >= 1");
   if (o.rank < 0 || o.rank >= j.world_size()) {
-    return InvalidArgument("rank " + std::to_string(o.rank) + " outside world of " + std::to_string(j.world_size()));
+    return InvalidArgument("rank " + std::to_string(o.rank) + " outside world of " +
+                           std::to_string(j.world_size()));
   }
   FD_RETURN_IF_ERROR(ValidateModelSpec(j.model()));
   // proto3 leaves unset strings empty; empty means the default here.
   if (!j.precision().empty() && j.precision() != "fp32") {
-    return Status(StatusCode::kUnimplemented, "precision \"" + j.precision() + "\" is not supported yet (fp32 only)");
+    return Status(StatusCode::kUnimplemented,
+                  "precision \"" + j.precision() + "\" is not supported yet (fp32 only)");
   }
-  if (j.optim().kind() != "sgd") return InvalidArgument("optim.kind must be \"sgd\", got \"" + j.optim().kind() + "\"");
-  if (!(j.optim().lr() > 0)) return InvalidArgument("optim.lr must be > 0");
-  if (!(j.optim().momentum() >= 0 && j.optim().momentum() < 1)) return InvalidArgument("optim.momentum must be in [0, 1)");
+  FD_RETURN_IF_ERROR(ValidateOptimSpec(j.optim()));
+  if (j.grad_accum_steps() < 0) return InvalidArgument("grad_accum_steps must be >= 0 (0 = 1)");
   if (j.data().batch_size() <= 0) return InvalidArgument("data.batch_size must be > 0");
   if (j.data().num_workers() < 0) return InvalidArgument("data.num_workers must be >= 0");
   if (!j.comm().backend().empty() && j.comm().backend() != "gloo") {
     return InvalidArgument("comm.backend must be \"gloo\", got \"" + j.comm().backend() + "\"");
   }
   if (j.comm().timeout_s() < 0) return InvalidArgument("comm.timeout_s must be >= 0");
+  if (!(j.comm().bucket_mb() >= 0)) return InvalidArgument("comm.bucket_mb must be >= 0 (0 = 25)");
+  if (!(j.comm().first_bucket_mb() >= 0)) return InvalidArgument("comm.first_bucket_mb must be >= 0 (0 = 1)");
   if (j.threads_per_rank() < 0) return InvalidArgument("threads_per_rank must be >= 0");
-  if (o.max_steps < 0 || (o.max_steps == 0 && j.steps() <= 0)) return InvalidArgument("no steps to run (max_steps and job.steps are 0)");
-  if (o.rank > 0 && !o.await_store) return InvalidArgument("rank " + std::to_string(o.rank) + " needs await_store");
+  if (o.max_steps < 0 || (o.max_steps == 0 && j.steps() <= 0))
+    return InvalidArgument("no steps to run (max_steps and job.steps are 0)");
+  if (o.rank > 0 && !o.await_store)
+    return InvalidArgument("rank " + std::to_string(o.rank) + " needs await_store");
   return Status::Ok();
 }
 
@@ -76,15 +85,17 @@ struct Trainer::Impl {
   int rank = 0;
   int world = 1;
   int threads = 1;
+  int accum = 1;  // micro-batches per optimiser step
   int64_t max_steps = 0;
+  int64_t global_batch = 0;  // micro-batch x accum x world
+  double target_lr = 0;      // after the scaling rule, before warmup
   uint64_t data_seed = 0;
   std::unique_ptr<faults::HookBus> bus;
   torch::nn::Sequential model{nullptr};
-  std::unique_ptr<torch::optim::SGD> optim;
   std::vector<at::Tensor> params;
-  std::vector<at::Tensor> grad_views;  // slices of flat_grad, shaped like params
   int64_t num_params = 0;
-  at::Tensor flat_grad;  // num_params gradients + 1 stop flag
+  std::unique_ptr<Reducer> reducer;
+  std::unique_ptr<Optimizer> optim;
   std::atomic<int64_t> steps_done{0};
   mutable std::mutex param_mu;  // FlatParameters() may run beside training
 
@@ -98,39 +109,43 @@ Trainer::~Trainer() = default;
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
   FD_RETURN_IF_ERROR(ValidateJob(opts));
+  const std::string who = "rank " + std::to_string(opts.rank) + ": ";
   auto impl = std::make_unique<Impl>();
+  const auto& job = opts.job;
   impl->rank = opts.rank;
-  impl->world = opts.job.world_size();
-  impl->threads = std::max(1, opts.job.threads_per_rank());
-  impl->max_steps = opts.max_steps > 0 ? opts.max_steps : opts.job.steps();
-  impl->data_seed = opts.job.data().seed() != 0 ? static_cast<uint64_t>(opts.job.data().seed())
-                                                : SplitMix64(opts.seed ^ HashLabel("data"));
+  impl->world = job.world_size();
+  impl->threads = std::max(1, job.threads_per_rank());
+  impl->accum = std::max(1, job.grad_accum_steps());
+  impl->max_steps = opts.max_steps > 0 ? opts.max_steps : job.steps();
+  impl->global_batch = static_cast<int64_t>(job.data().batch_size()) * impl->accum * impl->world;
+  impl->target_lr = ScaledLr(job.optim(), impl->global_batch);
+  impl->data_seed = job.data().seed() != 0 ? static_cast<uint64_t>(job.data().seed())
+                                           : SplitMix64(opts.seed ^ HashLabel("data"));
   auto bus = faults::HookBus::Create(opts.faults);
-  if (!bus.ok()) return WithPrefix("rank " + std::to_string(opts.rank) + ": ", bus.status());
+  if (!bus.ok()) return WithPrefix(who, bus.status());
   impl->bus = std::move(bus).value();
   try {
     at::set_num_threads(impl->threads);
-    auto model = BuildModel(opts.job.model(), SplitMix64(opts.seed ^ HashLabel("model.init")));
-    if (!model.ok()) return model.status();
+    auto model = BuildModel(job.model(), SplitMix64(opts.seed ^ HashLabel("model.init")));
+    if (!model.ok()) return WithPrefix(who, model.status());
     impl->model = std::move(model).value();
     impl->params = impl->model->parameters();
     for (const auto& p : impl->params) impl->num_params += p.numel();
-    impl->flat_grad = torch::zeros({impl->num_params + 1}, torch::kFloat);
-    int64_t off = 0;
-    for (auto& p : impl->params) {
-      auto view = impl->flat_grad.narrow(0, off, p.numel()).view_as(p);
-      // Autograd accumulates in place into a defined .grad (no grad mode
-      // during backward), so backward writes straight into the flat buffer.
-      p.mutable_grad() = view;
-      impl->grad_views.push_back(view);
-      off += p.numel();
-    }
-    const auto& o = opts.job.optim();
-    impl->optim = std::make_unique<torch::optim::SGD>(impl->params,
-                                                      torch::optim::SGDOptions(o.lr()).momentum(o.momentum()));
   } catch (const std::exception& e) {
-    return Internal("rank " + std::to_string(opts.rank) + ": building the trainer failed: " + ExceptionMessage(e));
+    return Internal(who + "building the model failed: " + ExceptionMessage(e));
   }
+  ReducerOptions ro;
+  ro.first_bucket_bytes = BucketBytes(job.comm().first_bucket_mb(), kDefaultFirstBucketMb);
+  ro.bucket_bytes = BucketBytes(job.comm().bucket_mb(), kDefaultBucketMb);
+  ro.flat = job.comm().flat_allreduce();
+  ro.world_size = impl->world;
+  ro.rank = impl->rank;
+  auto reducer = Reducer::Create(impl->params, ro);
+  if (!reducer.ok()) return reducer.status();
+  impl->reducer = std::move(reducer).value();
+  auto optim = Optimizer::Create(job.optim(), impl->params);
+  if (!optim.ok()) return WithPrefix(who, optim.status());
+  impl->optim = std::move(optim).value();
   impl->opts = std::move(opts);
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
@@ -149,7 +164,29 @@ std::vector<float> Trainer::FlatParameters() const {
   return out;
 }
 
-Status Trainer::Run(const std::atomic<bool>& stop, const std::function<void(const v1::StepReport&)>& on_step) {
+Status Trainer::ExportParameters(const std::string& path) const {
+  try {
+    c10::Dict<std::string, at::Tensor> dict;
+    {
+      std::lock_guard<std::mutex> lock(impl_->param_mu);
+      for (const auto& kv : impl_->model->named_parameters())
+        dict.insert(kv.key(), kv.value().detach().clone());
+    }
+    const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    if (!out)
+      return Internal("rank " + std::to_string(impl_->rank) + ": writing parameters to " + path + " failed");
+  } catch (const std::exception& e) {
+    return Internal("rank " + std::to_string(impl_->rank) +
+                    ": exporting parameters failed: " + ExceptionMessage(e));
+  }
+  return Status::Ok();
+}
+
+Status Trainer::Run(const std::atomic<bool>& stop,
+                    const std::function<void(const v1::StepReport&)>& on_step) {
   Impl& m = *impl_;
   const std::string who = "rank " + std::to_string(m.rank);
   int64_t step = m.steps_done.load();
@@ -160,9 +197,11 @@ Status Trainer::Run(const std::atomic<bool>& stop, const std::function<void(cons
     go.rank = m.rank;
     go.world_size = m.world;
     go.device_host = m.opts.comm_host;
-    const double timeout_s = m.opts.job.comm().timeout_s() > 0 ? m.opts.job.comm().timeout_s() : kDefaultCommTimeoutS;
+    const double timeout_s =
+        m.opts.job.comm().timeout_s() > 0 ? m.opts.job.comm().timeout_s() : kDefaultCommTimeoutS;
     go.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::llround(timeout_s * 1000)));
     go.hooks = m.bus.get();
+    go.allow_shared_memory = m.opts.shared_memory_allreduce;
 
     std::unique_ptr<comm::ProcessGroup> pg;
     if (m.rank == 0) {
@@ -172,13 +211,17 @@ Status Trainer::Run(const std::atomic<bool>& stop, const std::function<void(cons
       if (m.opts.store_ready) m.opts.store_ready(StoreAddress{m.opts.store_advertise_host, pg->store_port()});
     } else {
       auto addr = m.opts.await_store();
-      if (!addr.ok()) return BeforeStep(step, WithPrefix(who + ": waiting for rank 0's store address: ", addr.status()));
+      if (!addr.ok())
+        return BeforeStep(step, WithPrefix(who + ": waiting for rank 0's store address: ", addr.status()));
       auto join = comm::ProcessGroup::JoinStore(go, addr->host, addr->port);
       if (!join.ok()) return BeforeStep(step, join.status());
       pg = std::move(join).value();
     }
     FD_RETURN_IF_ERROR(BeforeStep(step, pg->Connect()));
-    FD_RETURN_IF_ERROR(m.BroadcastParameters(*pg, step));
+    FD_RETURN_IF_ERROR(BeforeStep(step, m.reducer->Bind(pg.get())));
+    // Skipping it leaves each rank with its own initial weights: the
+    // mechanism of a silent-divergence fault.
+    if (!m.opts.job.comm().skip_param_broadcast()) FD_RETURN_IF_ERROR(m.BroadcastParameters(*pg, step));
     return m.Train(stop, on_step, *pg, step);
   } catch (const std::exception& e) {
     return Internal(who + " step " + std::to_string(step) + ": " + ExceptionMessage(e));
@@ -204,8 +247,9 @@ Status Trainer::Impl::BroadcastParameters(comm::ProcessGroup& pg, int64_t step) 
   return Status::Ok();
 }
 
-Status Trainer::Impl::Train(const std::atomic<bool>& stop, const std::function<void(const v1::StepReport&)>& on_step,
-                            comm::ProcessGroup& pg, int64_t& step) {
+Status Trainer::Impl::Train(const std::atomic<bool>& stop,
+                            const std::function<void(const v1::StepReport&)>& on_step, comm::ProcessGroup& pg,
+                            int64_t& step) {
   const auto& job = opts.job;
   DataOptions dopts;
   dopts.seed = data_seed;
@@ -216,12 +260,14 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop, const std::function<v
   dopts.num_classes = job.model().num_classes();
   dopts.num_workers = job.data().num_workers();
   dopts.threads = threads;
-  DataLoader loader(dopts, step);
+  // The loader counts micro-batches: step s starts at s * accum, so that a
+  // resumed run reads the batches an uninterrupted one would have.
+  DataLoader loader(dopts, step * accum);
 
   const std::string who = "rank " + std::to_string(rank);
   const int64_t end = step + max_steps;
-  float* flat = flat_grad.data_ptr<float>();
-  const double inv_world = 1.0 / world;
+  const bool telemetry = opts.telemetry && on_step;
+  const int warmup = job.optim().warmup_steps();
   const char* phase = "";
   v1::StepReport report;
   report.set_rank(rank);
@@ -230,82 +276,98 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop, const std::function<v
       const faults::StepInfo at{rank, step};
       const auto t_step = Clock::now();
       bus->OnStepBegin(at);
+      double data_ms = 0, forward_ms = 0, backward_ms = 0, loss_value = 0;
 
-      phase = "data";
-      auto t0 = Clock::now();
-      bus->OnBatchFetch(at);
-      auto batch = loader.Next();
-      if (!batch.ok()) return WithPrefix(who + " step " + std::to_string(step) + ": ", batch.status());
-      auto t1 = Clock::now();
-      const double data_ms = MsSince(t0, t1);
+      for (int micro = 0; micro < accum; ++micro) {
+        phase = "data";
+        auto t0 = Clock::now();
+        bus->OnBatchFetch(at);
+        auto batch = loader.Next();
+        if (!batch.ok()) return WithPrefix(who + " step " + std::to_string(step) + ": ", batch.status());
+        if (opts.on_batch) opts.on_batch(step, micro, *batch);
+        auto t1 = Clock::now();
+        data_ms += MsSince(t0, t1);
 
-      // Each compute phase reports its measured time to the hooks inside its
-      // own timing, so a straggler's extra sleep lands in forward/backward.
-      phase = "forward";
-      t0 = Clock::now();
-      auto loss = torch::nn::functional::cross_entropy(model->forward(batch->x), batch->y);
-      const double loss_value = loss.item<float>();
-      bus->AfterCompute({at, faults::ComputePhase::kForward, Clock::now() - t0});
-      t1 = Clock::now();
-      const double forward_ms = MsSince(t0, t1);
+        // Each compute phase reports its measured time to the hooks inside
+        // its own timing, so a straggler's extra sleep lands in
+        // forward/backward.
+        phase = "forward";
+        t0 = Clock::now();
+        auto loss = torch::nn::functional::cross_entropy(model->forward(batch->x), batch->y);
+        // The mean over the step's micro-batches is what one large batch
+        // would give: the gradient of loss/K summed over K backward passes.
+        if (accum > 1) loss = loss / accum;
+        loss_value += loss.item<double>();
+        bus->AfterCompute({at, faults::ComputePhase::kForward, Clock::now() - t0});
+        t1 = Clock::now();
+        forward_ms += MsSince(t0, t1);
 
-      phase = "backward";
-      t0 = Clock::now();
-      loss.backward();
-      bus->AfterCompute({at, faults::ComputePhase::kBackward, Clock::now() - t0});
-      t1 = Clock::now();
-      const double backward_ms = MsSince(t0, t1);
-      for (size_t i = 0; i < params.size(); ++i) {
-        // Cheap guard: if autograd ever replaced a .grad instead of adding
-        // into it, fold it back into the flat buffer.
-        const auto& g = params[i].grad();
-        if (!g.defined() || g.data_ptr() != grad_views[i].data_ptr()) {
-          if (g.defined()) grad_views[i].copy_(g);
-          params[i].mutable_grad() = grad_views[i];
-        }
+        // Seam (loss scaling): the scaled loss goes backward here.
+        phase = "backward";
+        t0 = Clock::now();
+        // Only the last micro-batch synchronises (DDP's no_sync() on the
+        // others): its hooks start the bucket all-reduces during backward.
+        const bool sync = micro == accum - 1;
+        reducer->Prepare(&pg, step, sync, sync && stop.load(std::memory_order_relaxed));
+        loss.backward();
+        bus->AfterCompute({at, faults::ComputePhase::kBackward, Clock::now() - t0});
+        t1 = Clock::now();
+        backward_ms += MsSince(t0, t1);
       }
+      reducer->RebindGrads();
 
       phase = "gradient all-reduce";
-      t0 = Clock::now();
-      flat[num_params] = stop.load(std::memory_order_relaxed) ? 1.0f : 0.0f;
-      if (auto st = pg.AllReduceSum(flat_grad, step); !st.ok()) return st;
-      const bool stop_all = flat[num_params] > 0.0f;
-      flat_grad.mul_(inv_world);
-      t1 = Clock::now();
-      const double comm_ms = MsSince(t0, t1);
+      auto reduced = reducer->Finish();
+      if (!reduced.ok()) return reduced.status();
+      const ReduceStats& rs = *reduced;
 
+      // Seam (loss scaling): unscale the averaged gradients and check them
+      // for inf/NaN here; a skipped step calls reducer->ZeroGrad() instead of
+      // the optimiser.
       phase = "optimizer";
-      t0 = Clock::now();
+      auto t0 = Clock::now();
+      const double lr = ScheduledLr(target_lr, warmup, step);
+      double grad_sq = 0;
       {
         std::lock_guard<std::mutex> lock(param_mu);
-        optim->step();
+        // Zeroing in the same pass as the update: the gradients are read
+        // there anyway, and the next backward accumulates into them.
+        grad_sq = optim->Step(lr, /*zero_grad=*/true);
       }
       bus->AfterCompute({at, faults::ComputePhase::kOptimizer, Clock::now() - t0});
-      flat_grad.zero_();  // zero_grad, without dropping the views
-      t1 = Clock::now();
+      auto t1 = Clock::now();
       const double optim_ms = MsSince(t0, t1);
 
+      // Seam (checkpoint): a checkpoint of step+1 is taken here, before
+      // OnStepEnd, and its time reported as checkpoint_ms.
       bus->OnStepEnd(at);
       const auto t_end = Clock::now();
       steps_done.store(step + 1);
 
-      phase = "step report";
-      const double step_ms = MsSince(t_step, t_end);
-      report.set_step(step);
-      report.set_step_ms(step_ms);
-      report.set_data_ms(data_ms);
-      report.set_forward_ms(forward_ms);
-      report.set_backward_ms(backward_ms);
-      report.set_comm_ms(comm_ms);
-      report.set_optim_ms(optim_ms);
-      report.set_loss(loss_value);
-      report.set_samples_per_s(step_ms > 0 ? job.data().batch_size() * 1000.0 / step_ms : 0.0);
-      report.set_end_unix_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 std::chrono::system_clock::now().time_since_epoch())
-                                 .count());
-      report.set_collective_seq(pg.seq());
-      if (on_step) on_step(report);
-      if (stop_all) {
+      if (telemetry) {
+        phase = "step report";
+        const double step_ms = MsSince(t_step, t_end);
+        report.set_step(step);
+        report.set_step_ms(step_ms);
+        report.set_data_ms(data_ms);
+        report.set_forward_ms(forward_ms);
+        report.set_backward_ms(backward_ms);
+        report.set_comm_ms(rs.exposed_ms);
+        report.set_comm_total_ms(rs.total_ms);
+        report.set_optim_ms(optim_ms);
+        report.set_loss(loss_value);
+        report.set_grad_norm(std::sqrt(grad_sq));
+        report.set_lr(lr);
+        report.set_micro_batches(accum);
+        report.set_global_batch(global_batch);
+        report.set_samples_per_s(step_ms > 0 ? job.data().batch_size() * accum * 1000.0 / step_ms : 0.0);
+        report.set_end_unix_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+        report.set_collective_seq(pg.seq());
+        on_step(report);
+      }
+      if (rs.stop) {
         ++step;
         break;
       }

@@ -21,6 +21,8 @@ struct StoreAddress {
   int port = 0;
 };
 
+struct Batch;  // agent/data.h
+
 struct TrainerOptions {
   v1::JobSpec job;
   int rank = 0;
@@ -40,6 +42,17 @@ struct TrainerOptions {
   // Ranks > 0 block here until rank 0's address is known (relayed by the
   // controller); an error aborts the run.
   std::function<StatusOr<StoreAddress>()> await_store;
+  // Gradient all-reduces through shared memory when every rank of the job
+  // can map it (same host, same IPC namespace); Gloo otherwise. Off keeps
+  // them on Gloo (benchmarks compare the two).
+  bool shared_memory_allreduce = true;
+  // Off: no StepReport is built and on_step is never called (the baseline
+  // of the telemetry-overhead benchmark); training is otherwise identical.
+  bool telemetry = true;
+  // Sees every micro-batch just before its forward pass (tests compare
+  // against PyTorch on exactly these batches); `micro` counts from 0 within
+  // the optimiser step. Called on the training thread.
+  std::function<void(int64_t step, int micro, const Batch& batch)> on_batch;
 };
 
 class Trainer {
@@ -47,17 +60,22 @@ class Trainer {
   static StatusOr<std::unique_ptr<Trainer>> Create(TrainerOptions opts);
   ~Trainer();
 
-  // Joins the process group, broadcasts parameters from rank 0, trains until
-  // max_steps or until any rank sets `stop` (agreed across ranks through the
-  // gradient all-reduce, so every rank stops after the same step). Calls
-  // on_step once per step from the training thread. Errors name rank, step
-  // and the failing operation.
+  // Joins the process group, broadcasts parameters from rank 0 (unless
+  // comm.skip_param_broadcast), trains until max_steps or until any rank sets
+  // `stop` (agreed across ranks through the gradient all-reduce, so every
+  // rank stops after the same step). A step is one optimiser step over
+  // job.grad_accum_steps micro-batches. Calls on_step once per step from the
+  // training thread. Errors name rank, step and the failing operation.
   Status Run(const std::atomic<bool>& stop, const std::function<void(const v1::StepReport&)>& on_step);
 
   // Steps completed so far.
   int64_t steps_done() const;
   // All parameters flattened, in registration order (for tests and probes).
   std::vector<float> FlatParameters() const;
+  // Writes the parameters as a dict name -> tensor with the names PyTorch's
+  // state_dict() would use ("0.weight", ...), in a file Python's torch.load
+  // reads. Safe before, during (between steps) and after Run().
+  Status ExportParameters(const std::string& path) const;
 
  private:
   struct Impl;

@@ -2,21 +2,21 @@
 // and Gloo group over 127.0.0.1, joined through a promise carrying rank 0's
 // store address (the controller's relay in production). Timing assertions
 // compare ratios between runs of this test, never absolute times.
+#include "agent/trainer.h"
+
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <future>
 #include <thread>
 #include <vector>
-
-#include <sys/resource.h>
-#include <unistd.h>
-
-#include "agent/trainer.h"
 
 namespace firedrill::agent {
 namespace {
@@ -57,6 +57,7 @@ struct RankConfig {
   std::function<void(const v1::StepReport&, std::atomic<bool>& stop)> on_step;
   // Replaces the relay for ranks > 0 when set.
   std::function<StatusOr<StoreAddress>()> await_store;
+  bool shared_memory = true;  // false: gradients over Gloo
 };
 
 // Runs one job with a rank per thread and returns each rank's outcome.
@@ -76,6 +77,7 @@ std::vector<RankResult> RunJob(const v1::JobSpec& job, std::vector<RankConfig> c
       o.seed = 42;
       o.max_steps = cfg[r].max_steps;
       o.faults = cfg[r].faults;
+      o.shared_memory_allreduce = cfg[r].shared_memory;
       if (r == 0) {
         o.store_ready = [&](const StoreAddress& a) { addr_promise.set_value(a); };
       } else if (cfg[r].await_store) {
@@ -192,6 +194,69 @@ TEST(TrainerTest, TwoRanksTrainToBitwiseIdenticalParameters) {
   EXPECT_TRUE(BitwiseEqual(res[0].params, again[0].params));
 }
 
+// Bucket layout changes when gradients travel, not what they sum to: with
+// two ranks every element is g0/2 + g1/2 in any bucket and on either
+// transport, so a flat all-reduce, DDP's default buckets, one bucket per
+// parameter, and Gloo instead of shared memory must give the same bits. The
+// collective count shows the buckets (one hook-started all-reduce per bucket
+// per step).
+TEST(TrainerTest, BucketLayoutsGiveBitwiseIdenticalTraining) {
+  auto job = SmallJob(2);
+  job.set_steps(8);
+  auto base = RunJob(job, {});
+  auto flat_job = job;
+  flat_job.mutable_comm()->set_flat_allreduce(true);
+  auto flat = RunJob(flat_job, {});
+  auto tiny_job = job;
+  tiny_job.mutable_comm()->set_bucket_mb(1e-6);  // every parameter its own bucket
+  tiny_job.mutable_comm()->set_first_bucket_mb(1e-6);
+  auto tiny = RunJob(tiny_job, {});
+  std::vector<RankConfig> gloo_cfg(2);
+  gloo_cfg[0].shared_memory = gloo_cfg[1].shared_memory = false;
+  auto gloo = RunJob(tiny_job, gloo_cfg);
+  for (const auto* res : {&base, &flat, &tiny, &gloo}) {
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE((*res)[r].status.ok()) << (*res)[r].status.ToString();
+  }
+  EXPECT_TRUE(BitwiseEqual(base[0].params, flat[0].params));
+  EXPECT_TRUE(BitwiseEqual(base[0].params, tiny[0].params));
+  EXPECT_TRUE(BitwiseEqual(tiny[0].params, tiny[1].params));
+  EXPECT_TRUE(BitwiseEqual(base[0].params, gloo[0].params));
+  EXPECT_TRUE(BitwiseEqual(gloo[0].params, gloo[1].params));
+  EXPECT_EQ(gloo[0].reports.back().collective_seq(), 1 + 8 * 6);
+  const auto& last = tiny[0].reports.back();
+  EXPECT_EQ(last.collective_seq(), 1 + 8 * 6);  // broadcast + 6 parameters x 8 steps
+  EXPECT_EQ(flat[0].reports.back().collective_seq(), 1 + 8);
+  for (const auto& rep : tiny[0].reports) {
+    EXPECT_GE(rep.comm_total_ms(), 0);
+    EXPECT_GT(rep.grad_norm(), 0);
+    EXPECT_DOUBLE_EQ(rep.lr(), 0.2);
+  }
+}
+
+// K micro-batches per optimiser step, all-reduce on the last only (no_sync
+// on the others), LR warmup and scaling, and what telemetry says about it.
+TEST(TrainerTest, GradientAccumulationSyncsOncePerStep) {
+  auto job = SmallJob(2);
+  job.set_steps(6);
+  job.set_grad_accum_steps(3);
+  job.mutable_optim()->set_warmup_steps(4);
+  job.mutable_optim()->set_lr_scaling("sqrt");
+  job.mutable_optim()->set_reference_global_batch(48);  // global 32 x 3 x 2 = 192: lr x2
+  job.mutable_comm()->set_skip_param_broadcast(true);
+  auto res = RunJob(job, {});
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(res[r].status.ok()) << res[r].status.ToString();
+  EXPECT_TRUE(BitwiseEqual(res[0].params, res[1].params));
+  const auto& reps = res[0].reports;
+  ASSERT_EQ(reps.size(), 6u);
+  for (size_t i = 0; i < reps.size(); ++i) {
+    EXPECT_EQ(reps[i].micro_batches(), 3);
+    EXPECT_EQ(reps[i].global_batch(), 192);
+    // No broadcast, one gradient all-reduce per optimiser step.
+    EXPECT_EQ(reps[i].collective_seq(), static_cast<int64_t>(i) + 1);
+    EXPECT_DOUBLE_EQ(reps[i].lr(), 0.4 * std::min(1.0, (i + 1) / 4.0));
+  }
+}
+
 TEST(TrainerTest, StopOnOneRankStopsBothAfterTheSameStep) {
   auto job = SmallJob(2);
   std::vector<RankConfig> cfg(2);
@@ -228,7 +293,9 @@ TEST(TrainerTest, StragglerSlowsTheJobByRoughlyItsFactor) {
   Field compute = [](const v1::StepReport& r) { return r.forward_ms() + r.backward_ms(); };
   Field comm = [](const v1::StepReport& r) { return r.comm_ms(); };
   std::vector<double> base_step, slow_step, base_comm, slow_comm, base_compute0, slow_compute0, slow_compute1;
-  auto append = [](std::vector<double>& to, const std::vector<double>& v) { to.insert(to.end(), v.begin(), v.end()); };
+  auto append = [](std::vector<double>& to, const std::vector<double>& v) {
+    to.insert(to.end(), v.begin(), v.end());
+  };
   OtherCpuLoad other_load;
   for (int round = 0; round < kRounds; ++round) {
     std::vector<RankConfig> cfg(2);
@@ -250,10 +317,11 @@ TEST(TrainerTest, StragglerSlowsTheJobByRoughlyItsFactor) {
   }
   const double ratio = Median(slow_step) / Median(base_step);
   const double others = other_load.cores();
-  std::printf("straggler x3: job step %.2f -> %.2f ms (x%.2f); healthy comm %.2f -> %.2f ms; compute healthy %.2f "
-              "(%.2f without fault) straggler %.2f ms; other processes used %.2f cores\n",
-              Median(base_step), Median(slow_step), ratio, Median(base_comm), Median(slow_comm),
-              Median(slow_compute0), Median(base_compute0), Median(slow_compute1), others);
+  std::printf(
+      "straggler x3: job step %.2f -> %.2f ms (x%.2f); healthy comm %.2f -> %.2f ms; compute healthy %.2f "
+      "(%.2f without fault) straggler %.2f ms; other processes used %.2f cores\n",
+      Median(base_step), Median(slow_step), ratio, Median(base_comm), Median(slow_comm),
+      Median(slow_compute0), Median(base_compute0), Median(slow_compute1), others);
   // Quiet machine: about the factor (the fixed per-step costs pull it below
   // 3). Busy machine: see OtherCpuLoad; it must still clearly slow down.
   const double lower = others < 0.3 ? 1.6 : 1.15;
@@ -271,7 +339,8 @@ TEST(TrainerTest, RankThatNeverJoinsFailsTheGroupWithinTheTimeout) {
   auto res = RunJob(job, cfg);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_FALSE(res[1].status.ok());
-  EXPECT_NE(res[1].status.message().find("controller relay lost"), std::string::npos) << res[1].status.message();
+  EXPECT_NE(res[1].status.message().find("controller relay lost"), std::string::npos)
+      << res[1].status.message();
   ASSERT_FALSE(res[0].status.ok());
   EXPECT_NE(res[0].status.message().find("rank 0"), std::string::npos) << res[0].status.message();
   EXPECT_EQ(res[0].steps_done, 0);
@@ -280,23 +349,27 @@ TEST(TrainerTest, RankThatNeverJoinsFailsTheGroupWithinTheTimeout) {
 }
 
 TEST(TrainerTest, PeerVanishingMidRunIsAnErrorNotAHang) {
-  auto job = SmallJob(2);
-  std::vector<RankConfig> cfg(2);
-  cfg[0].max_steps = 10000;
-  cfg[1].max_steps = 5;  // then its process group is torn down
-  const auto t0 = std::chrono::steady_clock::now();
-  auto res = RunJob(job, cfg);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_TRUE(res[1].status.ok()) << res[1].status.ToString();
-  ASSERT_FALSE(res[0].status.ok());
-  const auto& msg = res[0].status.message();
-  EXPECT_NE(msg.find("rank 0 step 5: allreduce #7"), std::string::npos) << msg;
-  EXPECT_TRUE(res[0].status.code() == StatusCode::kUnavailable ||
-              res[0].status.code() == StatusCode::kDeadlineExceeded)
-      << res[0].status.ToString();
-  EXPECT_EQ(res[0].steps_done, 5);
-  EXPECT_LT(s, 15.0);
-  std::printf("peer loss surfaced as: %s\n", res[0].status.ToString().c_str());
+  for (bool shm : {true, false}) {
+    auto job = SmallJob(2);
+    std::vector<RankConfig> cfg(2);
+    cfg[0].max_steps = 10000;
+    cfg[1].max_steps = 5;  // then its process group is torn down
+    cfg[0].shared_memory = cfg[1].shared_memory = shm;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto res = RunJob(job, cfg);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(res[1].status.ok()) << res[1].status.ToString();
+    ASSERT_FALSE(res[0].status.ok());
+    const auto& msg = res[0].status.message();
+    EXPECT_NE(msg.find("rank 0 step 5: allreduce #7"), std::string::npos) << msg;
+    EXPECT_TRUE(res[0].status.code() == StatusCode::kUnavailable ||
+                res[0].status.code() == StatusCode::kDeadlineExceeded)
+        << res[0].status.ToString();
+    EXPECT_EQ(res[0].steps_done, 5);
+    EXPECT_LT(s, 15.0);
+    std::printf("peer loss (%s) surfaced as: %s\n", shm ? "shared memory" : "Gloo",
+                res[0].status.ToString().c_str());
+  }
 }
 
 }  // namespace
