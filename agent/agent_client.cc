@@ -170,6 +170,7 @@ void AgentClient::JobMain(v1::RunJob job) {
   o.store_bind_host = opts_.bind_host;
   o.store_advertise_host = opts_.advertise_host;
   o.comm_host = opts_.advertise_host;  // Gloo binds here and peers dial it
+  o.shared_memory_allreduce = job.job().comm().transport() != "gloo";
   o.store_ready = [this, run_id, rank](const StoreAddress& a) {
     v1::AgentMessage m;
     auto* e = m.mutable_event();

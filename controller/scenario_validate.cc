@@ -123,6 +123,7 @@ Check CheckJob(const v1::JobSpec& j, const std::string& p) {
   FD_CHECK(AtLeast(Join(p, "checkpoint.every"), j.checkpoint().every(), 0));
   FD_CHECK(AtLeast(Join(p, "checkpoint.keep"), j.checkpoint().keep(), 0));
   FD_CHECK(OneOf(Join(p, "comm.backend"), j.comm().backend(), {"gloo"}));
+  FD_CHECK(OneOf(Join(p, "comm.transport"), j.comm().transport(), {"", "auto", "gloo"}));
   FD_CHECK(AtLeast(Join(p, "comm.bucket_mb"), j.comm().bucket_mb(), 0.0));
   FD_CHECK(AtLeast(Join(p, "comm.first_bucket_mb"), j.comm().first_bucket_mb(), 0.0));
   FD_CHECK(Positive(Join(p, "comm.timeout_s"), j.comm().timeout_s()));
