@@ -149,11 +149,10 @@ void AgentClient::OnRunJob(const v1::RunJob& job) {
 
 StatusOr<StoreAddress> AgentClient::AwaitStore(const std::string& run_id, double timeout_s) {
   std::unique_lock<std::mutex> lock(job_mu_);
-  const bool got = job_cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+  job_cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
                                     [&] { return store_.has_value() || stop_ || done_; });
   if (store_) return *store_;
   if (stop_ || done_) return Status(StatusCode::kCancelled, "run stopped before rendezvous");
-  (void)got;
   return DeadlineExceeded("rank 0's store address did not arrive within " + std::to_string(static_cast<int>(timeout_s)) +
                           " s (run " + run_id + ")");
 }

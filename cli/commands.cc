@@ -77,7 +77,7 @@ int PrintOr(const CliContext& ctx, const StatusOr<T>& r, void (*print)(const T&,
   return 0;
 }
 
-void PrintEventsSince(const v1::SessionStatus& st, std::ostream& out) {
+void PrintFailureEvents(const v1::SessionStatus& st, std::ostream& out) {
   for (const auto& e : st.events()) {
     if (e.kind() == "aborted" || e.kind() == "rank_lost" || e.kind() == "rank_failed") out << "  " << e.message() << "\n";
   }
@@ -126,7 +126,7 @@ int CmdStart(CliContext& ctx, DrillClient& client, const std::string& scenario, 
   }
   if (st->session().state() == "aborted") {
     *ctx.err << "error: session " << info->session_id() << " aborted:\n";
-    PrintEventsSince(*st, *ctx.err);
+    PrintFailureEvents(*st, *ctx.err);
     return 1;
   }
   *ctx.out << "healthy baseline measured: " << Num(st->baseline().throughput_samples_per_s())
@@ -186,7 +186,7 @@ int CmdFix(CliContext& ctx, DrillClient& client, const std::vector<int>& replace
     *ctx.out << "see the score with `firedrill score`\n";
   } else {
     *ctx.out << "session is " << st->session().state() << "\n";
-    PrintEventsSince(*st, *ctx.out);
+    PrintFailureEvents(*st, *ctx.out);
   }
   return 0;
 }

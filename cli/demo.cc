@@ -6,17 +6,9 @@
 
 #include "cli/local_controller.h"
 #include "cli/output.h"
+#include "common/stats.h"
 
 namespace firedrill::cli {
-
-namespace {
-double MedianOf(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-}  // namespace
 
 int FindStraggler(const v1::SessionStatus& st, double min_ratio, std::string* why) {
   int best = -1;
@@ -32,7 +24,7 @@ int FindStraggler(const v1::SessionStatus& st, double min_ratio, std::string* wh
     }
   }
   if (best < 0) return -1;
-  const double med = MedianOf(busy);
+  const double med = Median(busy);
   if (med <= 0 || best_busy / med < min_ratio) return -1;
   const auto& r = st.ranks(best);
   double others_wait = 0;

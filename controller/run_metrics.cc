@@ -5,15 +5,6 @@
 
 namespace firedrill::controller {
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  if (v.size() % 2) return v[mid];
-  const double hi = v[mid];
-  return (*std::max_element(v.begin(), v.begin() + mid) + hi) / 2;
-}
-
 void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::RankStatus* out) {
   if (steps.empty()) return;
   const size_t n = std::min(steps.size(), static_cast<size_t>(std::max(window, 1)));

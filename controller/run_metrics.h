@@ -5,13 +5,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/stats.h"
 #include "firedrill/v1/controller.pb.h"
 #include "firedrill/v1/scenario.pb.h"
 #include "firedrill/v1/telemetry.pb.h"
 
 namespace firedrill::controller {
 
-double Median(std::vector<double> v);
+using ::firedrill::Median;
 
 // A rank's busy time in a step: everything but waiting for peers in the
 // gradient all-reduce. In synchronous data parallel every rank's step time

@@ -456,7 +456,7 @@ Status SessionManager::RunJob(Session& s, Lock& lock, const std::string& kind, i
                   (r.message.empty() ? "" : ": " + r.message);
     }
   }
-  s.run->state = failures.empty() ? "finished" : "failed";
+  UpdateRunState(s);
   if (!failures.empty()) StopRun(s, lock);
   return failures.empty() ? Status::Ok() : Aborted(failures);
 }
@@ -612,12 +612,7 @@ v1::RunSummary SessionManager::Summarize(const Session& s, int window) const {
   out.set_state(s.run->state);
   out.set_steps_total(s.run->steps_total);
   int64_t done = s.run->steps_total;
-  int64_t last = -1;
-  for (const auto& r : s.ranks) {
-    const int64_t n = r.steps.empty() ? 0 : r.steps.back().step() + 1;
-    done = std::min(done, n);
-    last = std::max(last, n - 1);
-  }
+  for (const auto& r : s.ranks) done = std::min<int64_t>(done, r.steps.empty() ? 0 : r.steps.back().step() + 1);
   out.set_steps_done(done);
   if (done > 0) {
     const int64_t first = std::max<int64_t>(0, done - window);
