@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <iostream>
 
 namespace firedrill::cli {
@@ -44,6 +46,17 @@ std::string Num(double v, int precision) {
   return buf;
 }
 
+std::string Bytes(int64_t n) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int unit = 0;
+  while (std::abs(v) >= 1024 && unit + 1 < static_cast<int>(std::size(kUnits))) {
+    v /= 1024;
+    ++unit;
+  }
+  return (unit == 0 ? Num(v) : Num(v, 1)) + " " + kUnits[unit];
+}
+
 void PrintScenarios(const v1::ListScenariosResponse& r, std::ostream& out) {
   Table t({"ID", "TITLE", "BAND", "RANKS", "SKILLS"});
   for (const auto& s : r.scenarios()) {
@@ -80,21 +93,57 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     out << ", global batch " << st.global_batch() << "\n";
   }
   out << "\n";
-  Table t({"RANK", "HOST", "STATE", "STEP", "STEP_MS", "SAMPLES/S", "DATA", "FWD", "BWD", "COMM", "OPT", "LOSS",
-           "BUSY/MED", ""});
+  // Columns for telemetry that not every job has: shown only when some rank
+  // reports it, so a plain job's table stays as narrow as before.
+  bool tokens = false, padding = false, scale = false, mem = false;
   for (const auto& r : st.ranks()) {
+    if (r.window_steps() == 0) continue;
+    tokens |= r.tokens_per_s() > 0;
+    padding |= r.padding_fraction() > 0;
+    scale |= r.loss_scale() > 0;
+    mem |= r.mem_peak_bytes() > 0;
+  }
+  std::vector<std::string> header = {"RANK", "HOST", "STATE", "STEP", "STEP_MS", "SAMPLES/S"};
+  if (tokens) header.push_back("TOKENS/S");
+  if (padding) header.push_back("PAD%");
+  header.insert(header.end(), {"DATA", "FWD", "BWD", "COMM", "OPT", "LOSS"});
+  if (scale) header.push_back("SCALE");
+  if (mem) header.push_back("MEM_PEAK");
+  header.insert(header.end(), {"BUSY/MED", ""});
+  Table t(header);
+  for (const auto& r : st.ranks()) {
+    std::vector<std::string> row = {std::to_string(r.rank()), r.host(), r.state()};
     if (r.window_steps() == 0) {
-      t.Add({std::to_string(r.rank()), r.host(), r.state(), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", ""});
+      row.resize(header.size() - 1, "-");
+      row.push_back("");
+      t.Add(std::move(row));
       continue;
     }
-    t.Add({std::to_string(r.rank()), r.host(), r.state(), std::to_string(r.step()), Num(r.step_ms(), 1),
-           Num(r.samples_per_s()), Num(r.data_ms(), 1), Num(r.forward_ms(), 1), Num(r.backward_ms(), 1),
-           Num(r.comm_ms(), 1), Num(r.optim_ms(), 1), Num(r.loss(), 3), Num(r.busy_vs_median(), 2),
-           r.slow() ? "SLOW" : ""});
+    row.insert(row.end(), {std::to_string(r.step()), Num(r.step_ms(), 1), Num(r.samples_per_s())});
+    if (tokens) row.push_back(Num(r.tokens_per_s()));
+    if (padding) row.push_back(Num(100 * r.padding_fraction(), 1));
+    row.insert(row.end(), {Num(r.data_ms(), 1), Num(r.forward_ms(), 1), Num(r.backward_ms(), 1),
+                           Num(r.comm_ms(), 1), Num(r.optim_ms(), 1), Num(r.loss(), 3)});
+    if (scale) {
+      std::string cell = r.loss_scale() > 0 ? Num(r.loss_scale()) : "-";
+      if (r.skipped_total() > 0) cell += " (" + std::to_string(r.skipped_total()) + " skipped)";
+      row.push_back(cell);
+    }
+    if (mem) row.push_back(r.mem_peak_bytes() > 0 ? Bytes(r.mem_peak_bytes()) : "-");
+    row.insert(row.end(), {Num(r.busy_vs_median(), 2), r.slow() ? "SLOW" : ""});
+    t.Add(std::move(row));
   }
   t.Print(out);
   out << "(phase times in ms, averaged over the last " << (st.ranks_size() ? st.ranks(0).window_steps() : 0)
       << " steps; BUSY/MED = (step - comm wait) relative to the median rank)\n";
+  std::string notes;
+  auto note = [&](bool shown, const char* text) {
+    if (shown) notes += (notes.empty() ? "" : "; ") + std::string(text);
+  };
+  note(padding, "PAD% = padding share of tokens");
+  note(scale, "SCALE = loss scale now (optimiser steps skipped so far)");
+  note(mem, "MEM_PEAK = the last step's peak of tracked memory");
+  if (!notes.empty()) out << "(" << notes << ")\n";
   for (const auto& r : st.ranks()) {
     if (!r.message().empty() && (r.state() == "failed" || r.state() == "lost")) {
       out << "rank " << r.rank() << ": " << r.message() << "\n";

@@ -4,6 +4,7 @@
 
 #include <google/protobuf/message.h>
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -24,6 +25,8 @@ class Table {
 
 std::string ToJson(const google::protobuf::Message& msg);
 std::string Num(double v, int precision = 0);
+// A byte count in binary units: "512 B", "41.2 MiB".
+std::string Bytes(int64_t n);
 
 void PrintScenarios(const v1::ListScenariosResponse& r, std::ostream& out);
 void PrintSessions(const v1::ListSessionsResponse& r, std::ostream& out);

@@ -9,6 +9,7 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
   if (steps.empty()) return;
   const size_t n = std::min(steps.size(), static_cast<size_t>(std::max(window, 1)));
   double step = 0, data = 0, fwd = 0, bwd = 0, comm = 0, opt = 0, sps = 0;
+  double tps = 0, pad = 0, comm_total = 0, ckpt = 0;
   for (size_t i = steps.size() - n; i < steps.size(); ++i) {
     const auto& s = steps[i];
     step += s.step_ms();
@@ -18,10 +19,15 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
     comm += s.comm_ms();
     opt += s.optim_ms();
     sps += s.samples_per_s();
+    tps += s.tokens_per_s();
+    pad += s.padding_fraction();
+    comm_total += s.comm_total_ms();
+    ckpt += s.checkpoint_ms();
   }
   const double k = static_cast<double>(n);
-  out->set_step(steps.back().step());
-  out->set_loss(steps.back().loss());
+  const auto& last = steps.back();
+  out->set_step(last.step());
+  out->set_loss(last.loss());
   out->set_step_ms(step / k);
   out->set_data_ms(data / k);
   out->set_forward_ms(fwd / k);
@@ -29,7 +35,22 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
   out->set_comm_ms(comm / k);
   out->set_optim_ms(opt / k);
   out->set_samples_per_s(sps / k);
+  out->set_tokens_per_s(tps / k);
+  out->set_padding_fraction(pad / k);
+  out->set_comm_total_ms(comm_total / k);
+  out->set_checkpoint_ms(ckpt / k);
   out->set_window_steps(static_cast<int>(n));
+  // Optimiser state, counters and memory: the last step's values.
+  out->set_loss_scale(last.loss_scale());
+  out->set_skipped_total(last.skipped_total());
+  out->set_grad_norm(last.grad_norm());
+  out->set_lr(last.lr());
+  out->set_global_batch(last.global_batch());
+  out->set_mem_peak_bytes(last.mem_peak_bytes());
+  out->set_mem_activation_peak_bytes(last.mem_activation_peak_bytes());
+  out->set_mem_params_bytes(last.mem_params_bytes());
+  out->set_mem_grads_bytes(last.mem_grads_bytes());
+  out->set_mem_optim_bytes(last.mem_optim_bytes());
 }
 
 void MarkSlowRanks(double slow_ratio, std::vector<v1::RankStatus>* ranks) {

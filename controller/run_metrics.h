@@ -19,8 +19,11 @@ using ::firedrill::Median;
 // equals the slowest rank's, so busy time is what tells ranks apart.
 inline double BusyMs(const v1::StepReport& s) { return s.step_ms() - s.comm_ms(); }
 
-// Averages of the last `window` reports (all if fewer) into a RankStatus's
-// numeric fields (step, step_ms, phases, loss, samples/s, window_steps).
+// The last `window` reports (all if fewer) into a RankStatus's numeric
+// fields: times and rates (step_ms, phases, comm_total_ms, checkpoint_ms,
+// samples/s, tokens/s, padding fraction) are window means; step, loss,
+// loss scale, skipped total, grad norm, lr, global batch and memory are the
+// last report's values.
 void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::RankStatus* out);
 
 // busy_vs_median and the slow flag for every rank with data.

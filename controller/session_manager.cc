@@ -1,9 +1,11 @@
 #include "controller/session_manager.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <random>
 
 #include "common/log.h"
+#include "common/paths.h"
 #include "controller/run_metrics.h"
 #include "controller/scenario_loader.h"
 #include "controller/scorer.h"
@@ -40,6 +42,16 @@ std::string Fmt(double v, int prec = 0) {
 }
 
 int RunLength(const v1::Scenario& sc) { return sc.verify().warmup_steps() + sc.verify().window_steps(); }
+
+// Where a session's job writes checkpoints when its scenario names no
+// directory: beside the controller's other state, one directory per session,
+// absolute because the agents run in their own working directories.
+std::string SessionCheckpointDir(const std::string& state_dir, const std::string& session_id) {
+  std::error_code ec;
+  std::filesystem::path root = std::filesystem::absolute(state_dir, ec);
+  if (ec) root = state_dir;
+  return (root / "sessions" / session_id / "checkpoints").lexically_normal().string();
+}
 
 }  // namespace
 
@@ -162,6 +174,12 @@ StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& r
   info.set_max_score(sc->rubric().cause() + sc->rubric().culprit() + sc->rubric().fix() + sc->rubric().time());
   info.set_state("created");
   *s->rec.mutable_job() = sc->job();
+  if (s->rec.job().checkpoint().dir().empty()) {
+    const std::string dir = SessionCheckpointDir(opts_.state_dir, info.session_id());
+    std::string err;
+    if (!MakeDirs(dir, &err)) return Internal("session checkpoint directory: " + err);
+    s->rec.mutable_job()->mutable_checkpoint()->set_dir(dir);
+  }
   s->ranks.resize(sc->job().world_size());
   {
     std::lock_guard<std::mutex> lock(mu_);

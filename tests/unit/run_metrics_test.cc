@@ -60,6 +60,46 @@ TEST(FillRankWindowTest, AveragesOnlyTheLastN) {
   EXPECT_DOUBLE_EQ(r.samples_per_s(), 450);
 }
 
+// Rates and times are window means; optimiser state, counters and memory
+// are the last step's values (a mean of a running counter or a peak would
+// describe no step at all).
+TEST(FillRankWindowTest, TelemetryMeansAndLatestValues) {
+  std::vector<v1::StepReport> v = FiveSteps();
+  for (int i = 0; i < 5; ++i) {
+    v1::StepReport& s = v[i];
+    s.set_tokens_per_s(1000.0 * (i + 1));    // 1000..5000
+    s.set_padding_fraction(0.1 * i);         // 0..0.4
+    s.set_comm_total_ms(6.0 + i);            // 6..10
+    s.set_checkpoint_ms(i == 4 ? 80.0 : 0);  // one checkpoint write in the window
+    s.set_loss_scale(65536.0 / (1 << i));
+    s.set_skipped_total(i);
+    s.set_grad_norm(1.0 + i);
+    s.set_lr(0.001 * (i + 1));
+    s.set_global_batch(64 * (i + 1));
+    s.set_mem_peak_bytes(1000 + i);
+    s.set_mem_activation_peak_bytes(2000 + i);
+    s.set_mem_params_bytes(3000 + i);
+    s.set_mem_grads_bytes(4000 + i);
+    s.set_mem_optim_bytes(5000 + i);
+  }
+  v1::RankStatus r;
+  FillRankWindow(v, 2, &r);  // steps 103 and 104
+  EXPECT_DOUBLE_EQ(r.tokens_per_s(), 4500);
+  EXPECT_NEAR(r.padding_fraction(), 0.35, 1e-12);
+  EXPECT_DOUBLE_EQ(r.comm_total_ms(), 9.5);
+  EXPECT_DOUBLE_EQ(r.checkpoint_ms(), 40);
+  EXPECT_DOUBLE_EQ(r.loss_scale(), 4096);
+  EXPECT_EQ(r.skipped_total(), 4);
+  EXPECT_DOUBLE_EQ(r.grad_norm(), 5);
+  EXPECT_DOUBLE_EQ(r.lr(), 0.005);
+  EXPECT_EQ(r.global_batch(), 320);
+  EXPECT_EQ(r.mem_peak_bytes(), 1004);
+  EXPECT_EQ(r.mem_activation_peak_bytes(), 2004);
+  EXPECT_EQ(r.mem_params_bytes(), 3004);
+  EXPECT_EQ(r.mem_grads_bytes(), 4004);
+  EXPECT_EQ(r.mem_optim_bytes(), 5004);
+}
+
 TEST(FillRankWindowTest, WindowLargerThanHistoryUsesAll) {
   v1::RankStatus r;
   FillRankWindow(FiveSteps(), 50, &r);

@@ -1,0 +1,115 @@
+// The CLI's status table: optional telemetry columns appear only when some
+// rank reports them.
+#include "cli/output.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+
+namespace firedrill::cli {
+namespace {
+
+v1::SessionStatus TwoRanks() {
+  v1::SessionStatus st;
+  st.mutable_session()->set_session_id("s-000001");
+  st.mutable_session()->set_state("running");
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::RankStatus* r = st.add_ranks();
+    r->set_rank(rank);
+    r->set_host("node-" + std::to_string(rank));
+    r->set_state("running");
+    r->set_step(40);
+    r->set_step_ms(12.5);
+    r->set_samples_per_s(640);
+    r->set_window_steps(20);
+    r->set_busy_vs_median(1.0);
+  }
+  return st;
+}
+
+std::string Status(const v1::SessionStatus& st) {
+  std::ostringstream out;
+  PrintStatus(st, out);
+  return out.str();
+}
+
+// The header row of the rank table.
+std::string Header(const std::string& text) {
+  const size_t at = text.find("RANK");
+  return at == std::string::npos ? "" : text.substr(at, text.find('\n', at) - at);
+}
+
+TEST(BytesTest, BinaryUnits) {
+  EXPECT_EQ(Bytes(0), "0 B");
+  EXPECT_EQ(Bytes(512), "512 B");
+  EXPECT_EQ(Bytes(1536), "1.5 KiB");
+  EXPECT_EQ(Bytes(static_cast<int64_t>(41.2 * 1024 * 1024)), "41.2 MiB");
+  EXPECT_EQ(Bytes(3LL << 30), "3.0 GiB");
+}
+
+TEST(PrintStatusTest, PlainJobShowsNoOptionalColumns) {
+  const std::string header = Header(Status(TwoRanks()));
+  ASSERT_FALSE(header.empty());
+  EXPECT_NE(header.find("SAMPLES/S"), std::string::npos);
+  for (const char* col : {"TOKENS/S", "PAD%", "SCALE", "MEM_PEAK"}) {
+    EXPECT_EQ(header.find(col), std::string::npos) << col << " in: " << header;
+  }
+}
+
+TEST(PrintStatusTest, EachColumnAppearsWhenAnyRankReportsIt) {
+  v1::SessionStatus st = TwoRanks();
+  st.mutable_ranks(1)->set_tokens_per_s(81920);
+  EXPECT_NE(Header(Status(st)).find("TOKENS/S"), std::string::npos);
+  EXPECT_EQ(Header(Status(st)).find("PAD%"), std::string::npos);
+
+  st = TwoRanks();
+  st.mutable_ranks(0)->set_padding_fraction(0.125);
+  std::string text = Status(st);
+  EXPECT_NE(Header(text).find("PAD%"), std::string::npos);
+  EXPECT_NE(text.find("12.5"), std::string::npos) << text;
+  EXPECT_EQ(Header(text).find("TOKENS/S"), std::string::npos);
+
+  st = TwoRanks();
+  st.mutable_ranks(0)->set_loss_scale(65536);
+  st.mutable_ranks(0)->set_skipped_total(3);
+  st.mutable_ranks(1)->set_loss_scale(32768);
+  text = Status(st);
+  EXPECT_NE(Header(text).find("SCALE"), std::string::npos);
+  EXPECT_NE(text.find("65536 (3 skipped)"), std::string::npos) << text;
+  EXPECT_NE(text.find("32768"), std::string::npos) << text;
+  EXPECT_EQ(text.find("32768 ("), std::string::npos) << text;  // no "(0 skipped)"
+
+  st = TwoRanks();
+  st.mutable_ranks(0)->set_mem_peak_bytes(static_cast<int64_t>(41.2 * 1024 * 1024));
+  text = Status(st);
+  EXPECT_NE(Header(text).find("MEM_PEAK"), std::string::npos);
+  EXPECT_NE(text.find("41.2 MiB"), std::string::npos) << text;
+  EXPECT_EQ(Header(text).find("SCALE"), std::string::npos);
+}
+
+TEST(PrintStatusTest, RowsStayAlignedWithOptionalColumns) {
+  v1::SessionStatus st = TwoRanks();
+  for (auto& r : *st.mutable_ranks()) {
+    r.set_tokens_per_s(1000);
+    r.set_padding_fraction(0.1);
+    r.set_loss_scale(1024);
+    r.set_mem_peak_bytes(2048);
+  }
+  st.mutable_ranks(1)->set_window_steps(0);  // no data yet: a row of dashes
+  const std::string text = Status(st);
+  const std::string header = Header(text);
+  const size_t scale_col = header.find("SCALE");
+  ASSERT_NE(scale_col, std::string::npos);
+  std::istringstream lines(text.substr(text.find("RANK")));
+  std::string line, row0, row1;
+  std::getline(lines, line);
+  std::getline(lines, row0);
+  std::getline(lines, row1);
+  EXPECT_EQ(row0.substr(scale_col, 4), "1024") << text;
+  EXPECT_EQ(row1.substr(scale_col, 1), "-") << text;
+  EXPECT_NE(row0.find("2.0 KiB"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace firedrill::cli
