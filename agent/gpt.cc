@@ -8,15 +8,6 @@
 
 namespace firedrill::agent {
 
-at::Tensor Linear(const ComputeSeam& seam, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  if (seam.linear) return seam.linear(x, w, b);
-  return at::linear(x, w, b);
-}
-
-at::Tensor Boundary(const ComputeSeam& seam, const at::Tensor& x) {
-  return seam.boundary ? seam.boundary(x) : x;
-}
-
 Status ValidateGptConfig(const GptConfig& c) {
   if (c.vocab_size < 2) return InvalidArgument("model.vocab_size must be >= 2");
   if (c.seq_len < 1) return InvalidArgument("model.seq_len must be >= 1 for gpt-tiny");

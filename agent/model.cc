@@ -13,6 +13,13 @@ std::string ErrorMessage(const std::exception& e) {
   return e.what();
 }
 
+// A simulated device budget overflow (agent/memory.h) keeps its CUDA-like
+// message and becomes RESOURCE_EXHAUSTED; anything else is internal.
+Status LossError(const char* model, const std::exception& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) return ResourceExhausted(ErrorMessage(e));
+  return Internal(std::string(model) + " loss failed: " + ErrorMessage(e));
+}
+
 class MlpModel final : public TrainModel {
  public:
   explicit MlpModel(torch::nn::Sequential net) : net_(std::move(net)) {
@@ -38,7 +45,7 @@ class MlpModel final : public TrainModel {
       }
       return at::cross_entropy_loss(x.to(at::kFloat), batch.y);
     } catch (const std::exception& e) {
-      return Internal("mlp loss failed: " + ErrorMessage(e));
+      return LossError("mlp", e);
     }
   }
 
@@ -74,7 +81,7 @@ class GptModel final : public TrainModel {
     try {
       return gpt_->Loss(batch.x, batch.y, batch.mask);
     } catch (const std::exception& e) {
-      return Internal("gpt-tiny loss failed: " + ErrorMessage(e));
+      return LossError("gpt-tiny", e);
     }
   }
 

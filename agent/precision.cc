@@ -144,6 +144,25 @@ at::Tensor Linear(const Precision& prec, const at::Tensor& x, const at::Tensor& 
   return prec.Boundary(y);
 }
 
+at::Tensor Linear(const ComputeSeam& seam, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  if (seam.linear) return seam.linear(x, w, b);
+  return at::linear(x, w, b);
+}
+
+at::Tensor Boundary(const ComputeSeam& seam, const at::Tensor& x) {
+  return seam.boundary ? seam.boundary(x) : x;
+}
+
+ComputeSeam MakeSeam(const Precision& prec) {
+  ComputeSeam seam;
+  if (prec.kind() == Precision::Kind::kFp32) return seam;
+  seam.linear = [prec](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+    return Linear(prec, x, w, b);
+  };
+  seam.boundary = [prec](const at::Tensor& x) { return prec.Boundary(x); };
+  return seam;
+}
+
 bool UnscaleAndCheck(at::Tensor flat_grads, double inv_scale) {
   at::NoGradGuard no_grad;
   // PyTorch multiplies by the fp32 inv_scale tensor's value.

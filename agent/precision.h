@@ -48,6 +48,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/seam.h"
 #include "common/status.h"
 
 namespace firedrill::v1 {
@@ -99,6 +100,10 @@ class Precision {
 // Reference Linear: y = Boundary(linear(Input(x), Weight(w), Weight(b))).
 // `b` may be undefined. bf16 returns a bf16 tensor; fp32/fp16 an fp32 one.
 at::Tensor Linear(const Precision& prec, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+
+// The seam a model runs `prec` through: empty for fp32 (the models' plain
+// at::linear path), else Linear(prec, ...) and prec.Boundary.
+ComputeSeam MakeSeam(const Precision& prec);
 
 // GradScaler's unscale step (torch._amp_foreach_non_finite_check_and_unscale_,
 // which in 1.13 has no CPU kernel): multiplies every element by

@@ -11,11 +11,19 @@
 #include <fstream>
 #include <mutex>
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <spdlog/spdlog.h>
+
+#include "agent/checkpoint.h"
 #include "agent/comm/process_group.h"
 #include "agent/data.h"
+#include "agent/loss_scaler.h"
+#include "agent/memory.h"
 #include "agent/model.h"
 #include "agent/optim.h"
+#include "agent/precision.h"
 #include "agent/reducer.h"
+#include "agent/train_state.h"
 #include "common/rng.h"
 #include "faults/hook_bus.h"
 
@@ -53,11 +61,6 @@ Status ValidateJob(const TrainerOptions& o) {
                            std::to_string(j.world_size()));
   }
   FD_RETURN_IF_ERROR(ValidateModelSpec(j.model()));
-  // proto3 leaves unset strings empty; empty means the default here.
-  if (!j.precision().empty() && j.precision() != "fp32") {
-    return Status(StatusCode::kUnimplemented,
-                  "precision \"" + j.precision() + "\" is not supported yet (fp32 only)");
-  }
   FD_RETURN_IF_ERROR(ValidateOptimSpec(j.optim()));
   if (j.grad_accum_steps() < 0) return InvalidArgument("grad_accum_steps must be >= 0 (0 = 1)");
   if (j.data().batch_size() <= 0) return InvalidArgument("data.batch_size must be > 0");
@@ -71,12 +74,39 @@ Status ValidateJob(const TrainerOptions& o) {
   if (j.threads_per_rank() < 0) return InvalidArgument("threads_per_rank must be >= 0");
   if (o.max_steps < 0 || (o.max_steps == 0 && j.steps() <= 0))
     return InvalidArgument("no steps to run (max_steps and job.steps are 0)");
+  if (j.checkpoint().every() < 0) return InvalidArgument("checkpoint.every must be >= 0 (0 = never)");
+  if (j.checkpoint().keep() < 0) return InvalidArgument("checkpoint.keep must be >= 0 (0 = all)");
+  if (j.checkpoint().every() > 0 && j.checkpoint().dir().empty())
+    return InvalidArgument("checkpoint.every is set but checkpoint.dir is empty: say where checkpoints go");
+  if (j.checkpoint().resume_from() == "latest" && j.checkpoint().dir().empty())
+    return InvalidArgument("checkpoint.resume_from is \"latest\" but checkpoint.dir is empty");
+  if (!(j.memory().device_budget_mb() >= 0)) return InvalidArgument("memory.device_budget_mb must be >= 0 (0 = unlimited)");
   if (o.rank > 0 && !o.await_store)
     return InvalidArgument("rank " + std::to_string(o.rank) + " needs await_store");
   return Status::Ok();
 }
 
 constexpr double kDefaultCommTimeoutS = 30.0;
+
+// Entries of the all-reduce that gathers shard descriptions: bytes (-1: the
+// write failed) and the 32 digest bytes, one row per rank.
+constexpr int64_t kShardRow = 33;
+
+std::vector<uint8_t> HexToBytes(const std::string& hex) {
+  std::vector<uint8_t> out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+std::string BytesToHex(const std::vector<uint8_t>& bytes) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : bytes) {
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -89,19 +119,30 @@ struct Trainer::Impl {
   int64_t max_steps = 0;
   int64_t global_batch = 0;  // micro-batch x accum x world
   double target_lr = 0;      // after the scaling rule, before warmup
-  uint64_t data_seed = 0;
   std::unique_ptr<faults::HookBus> bus;
-  torch::nn::Sequential model{nullptr};
+  std::unique_ptr<TrainModel> model;
+  Precision precision;
+  std::unique_ptr<LossScaler> scaler;
+  DataOptions data;
   std::vector<at::Tensor> params;
   int64_t num_params = 0;
+  int64_t param_bytes = 0;
   std::unique_ptr<Reducer> reducer;
   std::unique_ptr<Optimizer> optim;
+  std::string config_hash;
+  // Set when the run continues from a checkpoint: where the loader resumes.
+  std::unique_ptr<DataCursor> resume_cursor;
   std::atomic<int64_t> steps_done{0};
   mutable std::mutex param_mu;  // FlatParameters() may run beside training
 
+  Status Resume(const std::string& who);
   Status Train(const std::atomic<bool>& stop, const std::function<void(const v1::StepReport&)>& on_step,
                comm::ProcessGroup& pg, int64_t& step);
   Status BroadcastParameters(comm::ProcessGroup& pg, int64_t step);
+  // Every rank writes its shard; rank 0 gathers their digests through the
+  // group and writes the manifest last. `steps` is the count of optimiser
+  // steps the checkpoint holds. Collective.
+  Status SaveCheckpoint(comm::ProcessGroup& pg, const DataLoader& loader, int64_t steps);
 };
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -119,18 +160,35 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
   impl->max_steps = opts.max_steps > 0 ? opts.max_steps : job.steps();
   impl->global_batch = static_cast<int64_t>(job.data().batch_size()) * impl->accum * impl->world;
   impl->target_lr = ScaledLr(job.optim(), impl->global_batch);
-  impl->data_seed = job.data().seed() != 0 ? static_cast<uint64_t>(job.data().seed())
-                                           : SplitMix64(opts.seed ^ HashLabel("data"));
+  const uint64_t data_seed = job.data().seed() != 0 ? static_cast<uint64_t>(job.data().seed())
+                                                    : SplitMix64(opts.seed ^ HashLabel("data"));
+  auto prec = Precision::FromJob(job);
+  if (!prec.ok()) return WithPrefix(who, prec.status());
+  impl->precision = *prec;
+  auto scaler = LossScaler::FromJob(job);
+  if (!scaler.ok()) return WithPrefix(who, scaler.status());
+  impl->scaler = std::make_unique<LossScaler>(std::move(scaler).value());
+  auto data = DataOptionsFromJob(job, impl->rank, data_seed, impl->threads);
+  if (!data.ok()) return WithPrefix(who, data.status());
+  impl->data = *data;
   auto bus = faults::HookBus::Create(opts.faults);
   if (!bus.ok()) return WithPrefix(who, bus.status());
   impl->bus = std::move(bus).value();
+  // Counted from here on: the model's parameters are the first allocations.
+  InstallTrackingAllocator();
+  if (job.memory().device_budget_mb() > 0)
+    SetBudget(static_cast<int64_t>(job.memory().device_budget_mb() * 1024 * 1024), impl->rank);
   try {
     at::set_num_threads(impl->threads);
-    auto model = BuildModel(job.model(), SplitMix64(opts.seed ^ HashLabel("model.init")));
+    auto model = CreateModel(job.model(), SplitMix64(opts.seed ^ HashLabel("model.init")));
     if (!model.ok()) return WithPrefix(who, model.status());
     impl->model = std::move(model).value();
+    impl->model->seam() = MakeSeam(impl->precision);
     impl->params = impl->model->parameters();
     for (const auto& p : impl->params) impl->num_params += p.numel();
+    impl->param_bytes = TensorBytes(impl->params);
+  } catch (const c10::OutOfMemoryError& e) {
+    return ResourceExhausted(who + "building the model: " + ExceptionMessage(e));
   } catch (const std::exception& e) {
     return Internal(who + "building the model failed: " + ExceptionMessage(e));
   }
@@ -140,14 +198,49 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
   ro.flat = job.comm().flat_allreduce();
   ro.world_size = impl->world;
   ro.rank = impl->rank;
-  auto reducer = Reducer::Create(impl->params, ro);
-  if (!reducer.ok()) return reducer.status();
-  impl->reducer = std::move(reducer).value();
+  try {
+    auto reducer = Reducer::Create(impl->params, ro);
+    if (!reducer.ok()) return reducer.status();
+    impl->reducer = std::move(reducer).value();
+  } catch (const c10::OutOfMemoryError& e) {
+    return ResourceExhausted(who + "allocating gradient buckets: " + ExceptionMessage(e));
+  }
   auto optim = Optimizer::Create(job.optim(), impl->params);
   if (!optim.ok()) return WithPrefix(who, optim.status());
   impl->optim = std::move(optim).value();
+  impl->config_hash = ConfigHash(*impl->model, impl->optim->kind());
   impl->opts = std::move(opts);
+  FD_RETURN_IF_ERROR(impl->Resume(who));
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
+}
+
+Status Trainer::Impl::Resume(const std::string& who) {
+  const auto& ck = opts.job.checkpoint();
+  if (ck.resume_from().empty()) return Status::Ok();
+  std::string dir = ck.resume_from();
+  if (dir == "latest") {
+    auto latest = LatestValidCheckpoint(ck.dir());
+    if (latest.status().code() == StatusCode::kNotFound) {
+      spdlog::info("{}no valid checkpoint under {}; starting from step 0", who, ck.dir());
+      return Status::Ok();
+    }
+    if (!latest.ok()) return WithPrefix(who + "resume: ", latest.status());
+    dir = *latest;
+  }
+  // A fault that damages checkpoints acts here, before the bytes are read.
+  bus->OnCheckpointRead({{rank, 0}, dir + "/" + ShardFileName(rank)});
+  LoadExpect expect;
+  expect.world_size = world;
+  expect.config_hash = config_hash;
+  auto shard = LoadShard(dir, rank, expect);
+  if (!shard.ok()) return WithPrefix(who + "resume from " + dir + ": ", shard.status());
+  std::lock_guard<std::mutex> lock(param_mu);
+  auto restored = RestoreTrainState(*shard, *model, *optim, *scaler);
+  if (!restored.ok()) return WithPrefix(who + "resume from " + dir + ": ", restored.status());
+  steps_done.store(restored->step);
+  resume_cursor = std::make_unique<DataCursor>(restored->cursor);
+  spdlog::info("{}resumed from {} at step {}", who, dir, restored->step);
+  return Status::Ok();
 }
 
 int64_t Trainer::steps_done() const { return impl_->steps_done.load(); }
@@ -169,7 +262,7 @@ Status Trainer::ExportParameters(const std::string& path) const {
     c10::Dict<std::string, at::Tensor> dict;
     {
       std::lock_guard<std::mutex> lock(impl_->param_mu);
-      for (const auto& kv : impl_->model->named_parameters())
+      for (const auto& kv : impl_->model->module().named_parameters())
         dict.insert(kv.key(), kv.value().detach().clone());
     }
     const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
@@ -251,40 +344,40 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
                             const std::function<void(const v1::StepReport&)>& on_step, comm::ProcessGroup& pg,
                             int64_t& step) {
   const auto& job = opts.job;
-  DataOptions dopts;
-  dopts.seed = data_seed;
-  dopts.rank = rank;
-  dopts.world_size = world;
-  dopts.batch_size = job.data().batch_size();
-  dopts.input_dim = job.model().input_dim();
-  dopts.num_classes = job.model().num_classes();
-  dopts.num_workers = job.data().num_workers();
-  dopts.threads = threads;
-  // The loader counts micro-batches: step s starts at s * accum, so that a
-  // resumed run reads the batches an uninterrupted one would have.
-  DataLoader loader(dopts, step * accum);
-
   const std::string who = "rank " + std::to_string(rank);
+  // The loader counts micro-batches: step s starts at s * accum, so a run
+  // resumed at step s reads the batches an uninterrupted one would have.
+  auto created = resume_cursor ? DataLoader::Resume(data, *resume_cursor) : DataLoader::Create(data, step * accum);
+  if (!created.ok()) return WithPrefix(who + " step " + std::to_string(step) + ": data: ", created.status());
+  std::unique_ptr<DataLoader> loader = std::move(created).value();
+
   const int64_t end = step + max_steps;
   const bool telemetry = opts.telemetry && on_step;
   const int warmup = job.optim().warmup_steps();
+  const int64_t ckpt_every = job.checkpoint().every();
+  const bool scaling = scaler->enabled();
   const char* phase = "";
   v1::StepReport report;
   report.set_rank(rank);
+  StepMemoryProbe probe;
   try {
     for (; step < end; ++step) {
       const faults::StepInfo at{rank, step};
       const auto t_step = Clock::now();
       bus->OnStepBegin(at);
-      double data_ms = 0, forward_ms = 0, backward_ms = 0, loss_value = 0;
+      double data_ms = 0, forward_ms = 0, backward_ms = 0, loss_value = 0, padding = 0;
+      int64_t tokens = 0;
+      probe.Begin();
 
       for (int micro = 0; micro < accum; ++micro) {
         phase = "data";
         auto t0 = Clock::now();
         bus->OnBatchFetch(at);
-        auto batch = loader.Next();
+        auto batch = loader->Next();
         if (!batch.ok()) return WithPrefix(who + " step " + std::to_string(step) + ": ", batch.status());
         if (opts.on_batch) opts.on_batch(step, micro, *batch);
+        tokens += batch->tokens;
+        padding += batch->padding_fraction;
         auto t1 = Clock::now();
         data_ms += MsSince(t0, t1);
 
@@ -293,16 +386,21 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         // forward/backward.
         phase = "forward";
         t0 = Clock::now();
-        auto loss = torch::nn::functional::cross_entropy(model->forward(batch->x), batch->y);
+        auto computed = model->Loss(*batch);
+        if (!computed.ok())
+          return WithPrefix(who + " step " + std::to_string(step) + ": forward: ", computed.status());
+        at::Tensor loss = std::move(computed).value();
         // The mean over the step's micro-batches is what one large batch
         // would give: the gradient of loss/K summed over K backward passes.
         if (accum > 1) loss = loss / accum;
         loss_value += loss.item<double>();
+        // GradScaler.scale(): the scaled loss goes backward, so fp16
+        // gradients sit in a range half can hold.
+        if (scaling) loss = loss * scaler->scale();
         bus->AfterCompute({at, faults::ComputePhase::kForward, Clock::now() - t0});
         t1 = Clock::now();
         forward_ms += MsSince(t0, t1);
 
-        // Seam (loss scaling): the scaled loss goes backward here.
         phase = "backward";
         t0 = Clock::now();
         // Only the last micro-batch synchronises (DDP's no_sync() on the
@@ -314,6 +412,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         t1 = Clock::now();
         backward_ms += MsSince(t0, t1);
       }
+      const int64_t activation_peak = probe.End();
       reducer->RebindGrads();
 
       phase = "gradient all-reduce";
@@ -321,25 +420,39 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
       if (!reduced.ok()) return reduced.status();
       const ReduceStats& rs = *reduced;
 
-      // Seam (loss scaling): unscale the averaged gradients and check them
-      // for inf/NaN here; a skipped step calls reducer->ZeroGrad() instead of
-      // the optimiser.
       phase = "optimizer";
       auto t0 = Clock::now();
       const double lr = ScheduledLr(target_lr, warmup, step);
       double grad_sq = 0;
+      bool found_inf = false;
       {
         std::lock_guard<std::mutex> lock(param_mu);
-        // Zeroing in the same pass as the update: the gradients are read
-        // there anyway, and the next backward accumulates into them.
-        grad_sq = optim->Step(lr, /*zero_grad=*/true);
+        // GradScaler.unscale_() + step(): on the averaged gradients, so
+        // every rank finds the same inf/NaN and skips the same steps.
+        if (scaling) found_inf = UnscaleAndCheck(reducer->bucket_grads(), scaler->inv_scale());
+        if (scaler->ShouldSkipStep(found_inf)) {
+          grad_sq = SquaredNorm(reducer->bucket_grads());  // inf or NaN: what clip_grad_norm_ would report
+          reducer->ZeroGrad();
+        } else {
+          // Zeroing in the same pass as the update: the gradients are read
+          // there anyway, and the next backward accumulates into them.
+          grad_sq = optim->Step(lr, /*zero_grad=*/true);
+        }
+        scaler->Update(found_inf);
       }
       bus->AfterCompute({at, faults::ComputePhase::kOptimizer, Clock::now() - t0});
       auto t1 = Clock::now();
       const double optim_ms = MsSince(t0, t1);
+      const int64_t step_peak = PeakBytes();
 
-      // Seam (checkpoint): a checkpoint of step+1 is taken here, before
-      // OnStepEnd, and its time reported as checkpoint_ms.
+      double checkpoint_ms = 0;
+      if (ckpt_every > 0 && (step + 1) % ckpt_every == 0) {
+        phase = "checkpoint";
+        t0 = Clock::now();
+        FD_RETURN_IF_ERROR(SaveCheckpoint(pg, *loader, step + 1));
+        checkpoint_ms = MsSince(t0, Clock::now());
+      }
+
       bus->OnStepEnd(at);
       const auto t_end = Clock::now();
       steps_done.store(step + 1);
@@ -355,12 +468,23 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         report.set_comm_ms(rs.exposed_ms);
         report.set_comm_total_ms(rs.total_ms);
         report.set_optim_ms(optim_ms);
+        report.set_checkpoint_ms(checkpoint_ms);
         report.set_loss(loss_value);
         report.set_grad_norm(std::sqrt(grad_sq));
         report.set_lr(lr);
+        report.set_loss_scale(scaling ? scaler->scale() : 0.0);
+        report.set_skipped(scaler->last_step_skipped());
+        report.set_skipped_total(scaler->skipped_total());
         report.set_micro_batches(accum);
         report.set_global_batch(global_batch);
-        report.set_samples_per_s(step_ms > 0 ? job.data().batch_size() * accum * 1000.0 / step_ms : 0.0);
+        report.set_samples_per_s(step_ms > 0 ? data.batch_size * accum * 1000.0 / step_ms : 0.0);
+        report.set_tokens_per_s(step_ms > 0 ? tokens * 1000.0 / step_ms : 0.0);
+        report.set_padding_fraction(padding / accum);
+        report.set_mem_params_bytes(param_bytes);
+        report.set_mem_grads_bytes(reducer->grad_bytes());
+        report.set_mem_optim_bytes(optim->state_bytes());
+        report.set_mem_activation_peak_bytes(activation_peak);
+        report.set_mem_peak_bytes(step_peak);
         report.set_end_unix_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
                                    .count());
@@ -372,8 +496,76 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         break;
       }
     }
+  } catch (const c10::OutOfMemoryError& e) {
+    // The simulated device budget: the message reads like CUDA's.
+    return ResourceExhausted(who + " step " + std::to_string(step) + ": " + phase + ": " + ExceptionMessage(e));
   } catch (const std::exception& e) {
     return Internal(who + " step " + std::to_string(step) + ": " + phase + " failed: " + ExceptionMessage(e));
+  }
+  return Status::Ok();
+}
+
+Status Trainer::Impl::SaveCheckpoint(comm::ProcessGroup& pg, const DataLoader& loader, int64_t steps) {
+  const auto& ck = opts.job.checkpoint();
+  const std::string dir = StepDir(ck.dir(), steps);
+  const std::string who =
+      "rank " + std::to_string(rank) + " step " + std::to_string(steps - 1) + ": checkpoint " + dir + ": ";
+  ShardInfo info;
+  Status written;
+  {
+    std::lock_guard<std::mutex> lock(param_mu);
+    const ShardData shard = CaptureTrainState(*model, *optim, *scaler, loader.Cursor(), steps, opts.job);
+    written = WriteShard(dir, rank, shard, &info);
+  }
+  // After the digest was taken: damage done here is what a load must catch.
+  if (written.ok()) bus->OnCheckpointWrite({{rank, steps - 1}, dir + "/" + info.file});
+
+  // Every rank learns every shard's size and digest (and who failed) in one
+  // small all-reduce: each fills its own row of zeros.
+  at::Tensor table = at::zeros({world, kShardRow}, at::kDouble);
+  {
+    auto row = table.accessor<double, 2>()[rank];
+    if (written.ok()) {
+      row[0] = static_cast<double>(info.bytes);
+      const std::vector<uint8_t> digest = HexToBytes(info.sha256);
+      for (size_t i = 0; i < digest.size() && i + 1 < kShardRow; ++i) row[i + 1] = digest[i];
+    } else {
+      row[0] = -1;
+    }
+  }
+  FD_RETURN_IF_ERROR(pg.AllReduceSum(table, steps - 1));
+  if (!written.ok()) return WithPrefix(who, written);
+  auto rows = table.accessor<double, 2>();
+  std::string failed;
+  for (int r = 0; r < world; ++r)
+    if (rows[r][0] < 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  if (!failed.empty())
+    return Aborted(who + "rank " + failed + " could not write its shard (see that rank's log); no manifest written");
+  if (rank != 0) return Status::Ok();
+
+  Manifest m;
+  m.step = steps;
+  m.world_size = world;
+  m.config_hash = config_hash;
+  for (int r = 0; r < world; ++r) {
+    ShardInfo s;
+    s.file = ShardFileName(r);
+    s.rank = r;
+    s.bytes = static_cast<int64_t>(rows[r][0]);
+    std::vector<uint8_t> digest(kShardRow - 1);
+    for (int64_t i = 1; i < kShardRow; ++i) digest[i - 1] = static_cast<uint8_t>(rows[r][i]);
+    s.sha256 = BytesToHex(digest);
+    m.shards.push_back(std::move(s));
+  }
+  if (Status st = WriteManifest(dir, m); !st.ok()) {
+    std::string hint;
+    if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kDataLoss)
+      hint = " (every rank writes its own shard: checkpoint.dir must be storage all ranks share)";
+    return Status(st.code(), who + st.message() + hint);
+  }
+  if (ck.keep() > 0) {
+    if (Status st = PruneCheckpoints(ck.dir(), ck.keep()); !st.ok())
+      spdlog::warn("{}pruning old checkpoints failed: {}", who, st.message());
   }
   return Status::Ok();
 }

@@ -1,0 +1,52 @@
+// What one rank puts in its checkpoint shard, and how it comes back, so that
+// a resumed run is bitwise identical to one that never stopped:
+//
+//   tensor  model/<name>        every parameter, by its state_dict name
+//   tensor  optim/<name>        optimiser state (momentum_buffer.i, exp_avg.i, exp_avg_sq.i, step)
+//   tensor  rng/cpu             LibTorch's default CPU generator state
+//   blob    step                optimiser steps completed ("120")
+//   blob    loss_scaler         LossScaler::State::Serialize()
+//   blob    data_cursor         DataCursor::Serialize() (next batch index + fingerprint)
+//   blob    job                 the JobSpec in protobuf text form (for people; not read back)
+//
+// The collective part of a checkpoint (gathering shard digests, the
+// manifest) lives in the trainer; this is the per-rank state only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "agent/checkpoint.h"
+#include "agent/data.h"
+#include "common/status.h"
+#include "firedrill/v1/scenario.pb.h"
+
+namespace firedrill::agent {
+
+class TrainModel;
+class Optimizer;
+class LossScaler;
+
+// Identifies what a shard's tensors must fit: every parameter's name, shape
+// and dtype, and the optimiser's kind. Precision, activation checkpointing,
+// loader workers and the like may change across a resume; the model's shape
+// and the optimiser may not. 16 hex digits, stable across builds.
+std::string ConfigHash(const TrainModel& model, const std::string& optim_kind);
+
+// Copies (never aliases) this rank's state into a shard.
+ShardData CaptureTrainState(const TrainModel& model, const Optimizer& optim, const LossScaler& scaler,
+                            const DataCursor& cursor, int64_t step, const v1::JobSpec& job);
+
+struct RestoredState {
+  int64_t step = 0;
+  DataCursor cursor;
+};
+
+// Puts a shard's state back into the model, optimiser, scaler and the CPU
+// generator. Checks every parameter is present with its shape and dtype
+// before changing anything; errors name the entry ("model/h.0.attn.c_attn.weight:
+// shape [96, 32] in the checkpoint, [192, 64] in this model").
+StatusOr<RestoredState> RestoreTrainState(const ShardData& shard, TrainModel& model, Optimizer& optim,
+                                          LossScaler& scaler);
+
+}  // namespace firedrill::agent
