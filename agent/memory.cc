@@ -61,6 +61,9 @@ void Reserve(int64_t n) {
 void Release(int64_t n) { g_live.fetch_sub(n, std::memory_order_relaxed); }
 
 void Delete(void* data) {
+  // raw_allocate(0) hands out the base allocator's nullptr, and
+  // raw_deallocate later brings it here (GELU's CPU kernel does this).
+  if (data == nullptr) return;
   char* base = static_cast<char*>(data) - kHeader;
   uint64_t n;
   std::memcpy(&n, base, sizeof(n));

@@ -21,8 +21,15 @@
 #include "common/status.h"
 #include "firedrill/v1/scenario.pb.h"
 
+namespace firedrill::faults {
+class HookBus;
+}
+
 namespace firedrill::agent {
 
+namespace comm {
+class ProcessGroup;
+}
 class TrainModel;
 class Optimizer;
 class LossScaler;
@@ -48,5 +55,24 @@ struct RestoredState {
 // shape [96, 32] in the checkpoint, [192, 64] in this model").
 StatusOr<RestoredState> RestoreTrainState(const ShardData& shard, TrainModel& model, Optimizer& optim,
                                           LossScaler& scaler);
+
+// Where and what a sharded checkpoint is.
+struct CheckpointTarget {
+  std::string root;  // checkpoint.dir: storage every rank shares
+  int keep = 0;      // newest valid checkpoints kept; 0 = all
+  int64_t steps = 0; // optimiser steps the checkpoint holds (its step-N)
+  int rank = 0;
+  int world_size = 1;
+  std::string config_hash;
+};
+
+// Collective: every rank writes its shard atomically under
+// <root>/step-<steps>, then one small all-reduce tells every rank every
+// shard's size and SHA-256 (and which ranks failed), so rank 0 can write the
+// manifest last without re-reading the shards, and prune. A rank that could
+// not write makes every rank return an error and no manifest is written.
+// `bus` (may be null) sees OnCheckpointWrite after the digest was taken.
+Status SaveShardedCheckpoint(comm::ProcessGroup& pg, faults::HookBus* bus, const CheckpointTarget& target,
+                             const ShardData& shard);
 
 }  // namespace firedrill::agent

@@ -88,26 +88,6 @@ Status ValidateJob(const TrainerOptions& o) {
 
 constexpr double kDefaultCommTimeoutS = 30.0;
 
-// Entries of the all-reduce that gathers shard descriptions: bytes (-1: the
-// write failed) and the 32 digest bytes, one row per rank.
-constexpr int64_t kShardRow = 33;
-
-std::vector<uint8_t> HexToBytes(const std::string& hex) {
-  std::vector<uint8_t> out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  return out;
-}
-
-std::string BytesToHex(const std::vector<uint8_t>& bytes) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  for (uint8_t b : bytes) {
-    out.push_back(kDigits[b >> 4]);
-    out.push_back(kDigits[b & 15]);
-  }
-  return out;
-}
-
 }  // namespace
 
 struct Trainer::Impl {
@@ -506,68 +486,19 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
 }
 
 Status Trainer::Impl::SaveCheckpoint(comm::ProcessGroup& pg, const DataLoader& loader, int64_t steps) {
-  const auto& ck = opts.job.checkpoint();
-  const std::string dir = StepDir(ck.dir(), steps);
-  const std::string who =
-      "rank " + std::to_string(rank) + " step " + std::to_string(steps - 1) + ": checkpoint " + dir + ": ";
-  ShardInfo info;
-  Status written;
+  ShardData shard;
   {
     std::lock_guard<std::mutex> lock(param_mu);
-    const ShardData shard = CaptureTrainState(*model, *optim, *scaler, loader.Cursor(), steps, opts.job);
-    written = WriteShard(dir, rank, shard, &info);
+    shard = CaptureTrainState(*model, *optim, *scaler, loader.Cursor(), steps, opts.job);
   }
-  // After the digest was taken: damage done here is what a load must catch.
-  if (written.ok()) bus->OnCheckpointWrite({{rank, steps - 1}, dir + "/" + info.file});
-
-  // Every rank learns every shard's size and digest (and who failed) in one
-  // small all-reduce: each fills its own row of zeros.
-  at::Tensor table = at::zeros({world, kShardRow}, at::kDouble);
-  {
-    auto row = table.accessor<double, 2>()[rank];
-    if (written.ok()) {
-      row[0] = static_cast<double>(info.bytes);
-      const std::vector<uint8_t> digest = HexToBytes(info.sha256);
-      for (size_t i = 0; i < digest.size() && i + 1 < kShardRow; ++i) row[i + 1] = digest[i];
-    } else {
-      row[0] = -1;
-    }
-  }
-  FD_RETURN_IF_ERROR(pg.AllReduceSum(table, steps - 1));
-  if (!written.ok()) return WithPrefix(who, written);
-  auto rows = table.accessor<double, 2>();
-  std::string failed;
-  for (int r = 0; r < world; ++r)
-    if (rows[r][0] < 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
-  if (!failed.empty())
-    return Aborted(who + "rank " + failed + " could not write its shard (see that rank's log); no manifest written");
-  if (rank != 0) return Status::Ok();
-
-  Manifest m;
-  m.step = steps;
-  m.world_size = world;
-  m.config_hash = config_hash;
-  for (int r = 0; r < world; ++r) {
-    ShardInfo s;
-    s.file = ShardFileName(r);
-    s.rank = r;
-    s.bytes = static_cast<int64_t>(rows[r][0]);
-    std::vector<uint8_t> digest(kShardRow - 1);
-    for (int64_t i = 1; i < kShardRow; ++i) digest[i - 1] = static_cast<uint8_t>(rows[r][i]);
-    s.sha256 = BytesToHex(digest);
-    m.shards.push_back(std::move(s));
-  }
-  if (Status st = WriteManifest(dir, m); !st.ok()) {
-    std::string hint;
-    if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kDataLoss)
-      hint = " (every rank writes its own shard: checkpoint.dir must be storage all ranks share)";
-    return Status(st.code(), who + st.message() + hint);
-  }
-  if (ck.keep() > 0) {
-    if (Status st = PruneCheckpoints(ck.dir(), ck.keep()); !st.ok())
-      spdlog::warn("{}pruning old checkpoints failed: {}", who, st.message());
-  }
-  return Status::Ok();
+  CheckpointTarget t;
+  t.root = opts.job.checkpoint().dir();
+  t.keep = opts.job.checkpoint().keep();
+  t.steps = steps;
+  t.rank = rank;
+  t.world_size = world;
+  t.config_hash = config_hash;
+  return SaveShardedCheckpoint(pg, bus.get(), t, shard);
 }
 
 }  // namespace firedrill::agent

@@ -78,6 +78,17 @@ TEST_F(Memory, RawAllocateInterfaceStillWorks) {
   EXPECT_EQ(LiveBytes(), before);
 }
 
+// GELU's CPU kernel asks for 0 raw bytes and hands the nullptr back.
+TEST_F(Memory, ZeroByteRawAllocationRoundTrips) {
+  const int64_t before = LiveBytes();
+  c10::Allocator* a = c10::GetCPUAllocator();
+  void* p = a->raw_allocate(0);
+  a->raw_deallocate(p);
+  EXPECT_EQ(LiveBytes(), before);
+  auto x = at::randn({4, 8});
+  EXPECT_TRUE(at::gelu(x).isfinite().all().item<bool>());
+}
+
 TEST_F(Memory, FormatSizeLikePyTorch) {
   EXPECT_EQ(FormatSize(512), "512 bytes");
   EXPECT_EQ(FormatSize(1024), "1024 bytes");
