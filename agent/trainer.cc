@@ -340,11 +340,18 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
   v1::StepReport report;
   report.set_rank(rank);
   StepMemoryProbe probe;
+  double sample_latency_ms = data.sample_latency_ms;
   try {
     for (; step < end; ++step) {
       const faults::StepInfo at{rank, step};
       const auto t_step = Clock::now();
       bus->OnStepBegin(at);
+      // Slow storage (a fault) reaches the batches made from now on; those
+      // already prefetched keep the latency they were made with.
+      if (const double ms = data.sample_latency_ms + bus->ExtraSampleLatencyMs(at); ms != sample_latency_ms) {
+        sample_latency_ms = ms;
+        loader->set_sample_latency_ms(ms);
+      }
       double data_ms = 0, forward_ms = 0, backward_ms = 0, loss_value = 0, padding = 0;
       int64_t tokens = 0;
       probe.Begin();

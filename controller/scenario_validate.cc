@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -160,8 +161,8 @@ Check CheckFault(const v1::Scenario& s, int i) {
     FD_CHECK(CheckIntOrDraw(p + ".target.rank", t.rank(), 0, world - 1));
   else if (t.has_host_of_rank())
     FD_CHECK(CheckIntOrDraw(p + ".target.host_of_rank", t.host_of_rank(), 0, world - 1));
-  else
-    return Fail(p + ".target", "is required: {rank: ...} or {host_of_rank: ...}");
+  else if (!t.all_ranks())
+    return Fail(p + ".target", "is required: {rank: ...}, {host_of_rank: ...} or {all_ranks: true}");
   // A trigger past the last step would leave the drill without a fault.
   FD_CHECK(CheckIntOrDraw(p + ".trigger.step", f.trigger().step(), 0, s.job().steps() - 1));
   const pb::OneofDescriptor* params = f.GetDescriptor()->FindOneofByName("params");
@@ -229,7 +230,10 @@ Check CheckScenario(const v1::Scenario& s) {
         FD_CHECK(CheckRankRef(ap + ".replace_host", a.replace_host(), s));
       } else if (a.has_set()) {
         v1::JobSpec probe = s.job();  // the same check `firedrill fix --set` gets
-        Status st = ApplyJobSetting(&probe, a.set().key(), a.set().value());
+        char at_least[32];
+        std::snprintf(at_least, sizeof(at_least), "%.17g", a.set().at_least());
+        const std::string value = a.set().value().empty() ? at_least : a.set().value();
+        Status st = ApplyJobSetting(&probe, a.set().key(), value);
         if (!st.ok()) return Fail(ap + ".set", st.message());
       } else {
         return Fail(ap, "must be {replace_host: RANK} or {set: {key: K, value: V}}");

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
+#include "faults/registry.h"
 #include "faults/targeting.h"
 
 namespace firedrill::controller {
@@ -39,6 +41,11 @@ v1::ScoreReport Score(const ScoreInputs& in) {
     r.add_items()->CopyFrom(Item("cause", 0, rub.cause(), "no diagnosis was submitted"));
   } else if (d->cause() == rec.answer_cause()) {
     r.add_items()->CopyFrom(Item("cause", rub.cause(), rub.cause(), "cause '" + d->cause() + "' is right"));
+  } else if (rub.cause_class() > 0 && faults::CauseClass(d->cause()) == faults::CauseClass(rec.answer_cause())) {
+    const int pts = std::min(rub.cause_class(), rub.cause());
+    r.add_items()->CopyFrom(Item("cause", pts, rub.cause(),
+                                 "cause '" + d->cause() + "' is not the cause, but the right kind of problem (" +
+                                     faults::CauseClass(d->cause()) + ")"));
   } else {
     r.add_items()->CopyFrom(Item("cause", 0, rub.cause(), "cause '" + d->cause() + "' is not the cause"));
   }
@@ -95,6 +102,17 @@ v1::ScoreReport Score(const ScoreInputs& in) {
   return r;
 }
 
+namespace {
+// `want` from a remediation against one `key=value` the learner set.
+bool SettingMatches(const v1::SetKey& want, const v1::FixSetting& got) {
+  if (got.key() != want.key()) return false;
+  if (!want.value().empty()) return got.value() == want.value();
+  char* end = nullptr;
+  const double v = std::strtod(got.value().c_str(), &end);
+  return end != got.value().c_str() && *end == '\0' && v >= want.at_least();
+}
+}  // namespace
+
 bool MatchesRemediation(const v1::Scenario& scenario, const v1::SessionRecord& record,
                         const v1::ApplyFixRequest& fix) {
   const std::vector<v1::ResolvedFault> faults(record.faults().begin(), record.faults().end());
@@ -107,7 +125,7 @@ bool MatchesRemediation(const v1::Scenario& scenario, const v1::SessionRecord& r
         all = all && rank.ok() && replaced.count(*rank);
       } else if (a.has_set()) {
         bool found = false;
-        for (const auto& s : fix.settings()) found = found || (s.key() == a.set().key() && s.value() == a.set().value());
+        for (const auto& s : fix.settings()) found = found || SettingMatches(a.set(), s);
         all = all && found;
       }
     }

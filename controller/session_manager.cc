@@ -262,7 +262,10 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
                Fmt(base.median_step_ms, 1) + " ms, rank busy-time skew " + Fmt(base.rank_step_skew, 2) + " over " +
                std::to_string(base.steps) + " steps");
 
-  // The drill: the real job, faults armed.
+  // The drill: the real job, faults armed. A fault may come with a bad
+  // deploy of the job's settings; from here on that is the job's config,
+  // which the learner's fix settings then change.
+  faults::ApplyFaultsToJob(*faults, s.rec.mutable_job());
   SetState(s, "running");
   s.rec.set_run_started_unix_ms(NowMs());
   Save(s);
@@ -674,6 +677,14 @@ StatusOr<v1::SessionStatus> SessionManager::GetStatus(const std::string& id) {
     st.set_elapsed_s((end - s.rec.run_started_unix_ms()) / 1000.0);
   }
   st.set_global_batch(s.rec.job().world_size() * s.rec.job().data().batch_size());
+  // Before the faulty run starts, rec.job is still the healthy baseline's;
+  // the learner only ever sees the config as deployed.
+  *st.mutable_job() = s.rec.job();
+  const std::string& state = s.rec.info().state();
+  if (state == "created" || state == "baseline") {
+    faults::ApplyFaultsToJob(std::vector<v1::ResolvedFault>(s.rec.faults().begin(), s.rec.faults().end()),
+                             st.mutable_job());
+  }
   return st;
 }
 

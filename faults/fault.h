@@ -62,6 +62,9 @@ class Fault {
   virtual void AfterCollective(const CollectiveInfo&) {}
   virtual void OnCheckpointWrite(const CheckpointInfo&) {}
   virtual void OnCheckpointRead(const CheckpointInfo&) {}
+  // Storage latency per sample this fault adds to the data loader from the
+  // step it triggers (the loader's worker threads sleep it per sample).
+  virtual double ExtraSampleLatencyMs() const { return 0; }
 };
 
 }  // namespace firedrill::faults

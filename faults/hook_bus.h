@@ -27,6 +27,12 @@ class HookBus {
   void AfterCollective(const CollectiveInfo& c) { Each(c.at, [&](Fault& f) { f.AfterCollective(c); }); }
   void OnCheckpointWrite(const CheckpointInfo& c) { Each(c.at, [&](Fault& f) { f.OnCheckpointWrite(c); }); }
   void OnCheckpointRead(const CheckpointInfo& c) { Each(c.at, [&](Fault& f) { f.OnCheckpointRead(c); }); }
+  // Sum over the faults active at `s` (the trainer adds it to the job's own).
+  double ExtraSampleLatencyMs(const StepInfo& s) {
+    double ms = 0;
+    Each(s, [&](Fault& f) { ms += f.ExtraSampleLatencyMs(); });
+    return ms;
+  }
 
  private:
   struct Entry {

@@ -2,7 +2,10 @@
 
 #include <thread>
 
+#include "faults/dataloader_starvation.h"
+#include "faults/padding_waste.h"
 #include "faults/straggler.h"
+#include "faults/tiny_buckets.h"
 
 namespace firedrill::faults {
 
@@ -23,7 +26,19 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
       {"straggler", Scope::kHost, ValidateStraggler,
        [](const v1::ResolvedFault& f, Env& env) -> std::unique_ptr<Fault> {
          return std::make_unique<Straggler>(f.straggler().slowdown(), env);
-       }},
+       },
+       nullptr},
+      {"dataloader_starvation", Scope::kHost, ValidateDataLoaderStarvation,
+       [](const v1::ResolvedFault& f, Env&) -> std::unique_ptr<Fault> {
+         return std::make_unique<DataLoaderStarvation>(f.dataloader_starvation().sample_latency_ms());
+       },
+       ApplyDataLoaderStarvation},
+      {"padding_waste", Scope::kRank, ValidatePaddingWaste,
+       [](const v1::ResolvedFault&, Env&) -> std::unique_ptr<Fault> { return std::make_unique<PaddingWaste>(); },
+       ApplyPaddingWaste},
+      {"tiny_buckets", Scope::kRank, ValidateTinyBuckets,
+       [](const v1::ResolvedFault&, Env&) -> std::unique_ptr<Fault> { return std::make_unique<TinyBuckets>(); },
+       ApplyTinyBuckets},
   };
   return kinds;
 }
@@ -33,6 +48,13 @@ const FaultKind* FindFaultKind(const std::string& name) {
     if (k.name == name) return &k;
   }
   return nullptr;
+}
+
+void ApplyFaultsToJob(const std::vector<v1::ResolvedFault>& faults, v1::JobSpec* job) {
+  for (const auto& f : faults) {
+    const FaultKind* k = FindFaultKind(f.kind());
+    if (k != nullptr && k->apply_to_job) k->apply_to_job(f, job);
+  }
 }
 
 std::vector<std::string> FaultKindNames() {
@@ -60,6 +82,29 @@ bool IsKnownCause(const std::string& cause) {
     if (c == cause) return true;
   }
   return false;
+}
+
+std::string CauseClass(const std::string& cause) {
+  static const std::vector<std::pair<std::string, std::string>> classes = {
+      {"straggler", "compute"},
+      {"data-loader-starvation", "input pipeline"},
+      {"padding-waste", "input pipeline"},
+      {"slow-link", "communication"},
+      {"small-buckets", "communication"},
+      {"collective-hang", "communication"},
+      {"collective-timeout", "communication"},
+      {"fp16-overflow", "numerics"},
+      {"lr-divergence", "numerics"},
+      {"silent-divergence", "numerics"},
+      {"grad-accumulation-bug", "numerics"},
+      {"corrupt-checkpoint", "state"},
+      {"resume-without-state", "state"},
+      {"out-of-memory", "memory"},
+      {"rank-crash", "process"},
+  };
+  for (const auto& [c, k] : classes)
+    if (c == cause) return k;
+  return "";
 }
 
 }  // namespace firedrill::faults

@@ -23,7 +23,16 @@ struct FaultKind {
   // Checks the kind's params; the message names the offending field.
   std::function<Status(const v1::FaultSpec&)> validate;
   std::function<std::unique_ptr<Fault>(const v1::ResolvedFault&, Env&)> make;
+  // Optional: what the faulty deploy changes in the job's configuration
+  // (the controller applies it to every run with faults armed, before the
+  // learner's own settings, so a fix can undo it). Null for kinds that only
+  // act at run time.
+  std::function<void(const v1::ResolvedFault&, v1::JobSpec*)> apply_to_job;
 };
+
+// Applies every fault's apply_to_job to `job` (unknown kinds are skipped:
+// they were refused when the scenario loaded).
+void ApplyFaultsToJob(const std::vector<v1::ResolvedFault>& faults, v1::JobSpec* job);
 
 const std::vector<FaultKind>& BuiltinFaultKinds();
 const FaultKind* FindFaultKind(const std::string& name);
@@ -36,4 +45,8 @@ namespace firedrill::faults {
 // implemented so far, so the list itself gives nothing away.
 const std::vector<std::string>& KnownCauses();
 bool IsKnownCause(const std::string& cause);
+// The symptom class a cause belongs to ("compute", "input pipeline",
+// "communication", "numerics", "state", "memory", "process"); "" if unknown.
+// Rubrics may give partial credit for a wrong cause of the right class.
+std::string CauseClass(const std::string& cause);
 }  // namespace firedrill::faults

@@ -41,6 +41,14 @@ StatusOr<std::vector<v1::ResolvedFault>> ResolveFaults(const v1::Scenario& scena
     v1::ResolvedFault rf;
     rf.set_kind(spec.kind());
     const v1::FaultTarget& t = spec.target();
+    rf.set_trigger_step(ResolveInt(spec.trigger().step(), seed, where + ".trigger.step"));
+    CopyParams(spec, &rf);
+    if (t.all_ranks()) {
+      rf.set_all_ranks(true);
+      rf.set_rank(-1);
+      out.push_back(std::move(rf));
+      continue;
+    }
     const v1::IntOrDraw& rank_src = t.has_host_of_rank() ? t.host_of_rank() : t.rank();
     const int64_t rank = ResolveInt(rank_src, seed, where + ".target");
     if (rank < 0 || rank >= world) {
@@ -54,8 +62,6 @@ StatusOr<std::vector<v1::ResolvedFault>> ResolveFaults(const v1::Scenario& scena
       }
       rf.set_host(hosts[rank]);
     }
-    rf.set_trigger_step(ResolveInt(spec.trigger().step(), seed, where + ".trigger.step"));
-    CopyParams(spec, &rf);
     out.push_back(std::move(rf));
   }
   return out;
@@ -73,6 +79,8 @@ StatusOr<int> ResolveRankRef(const v1::RankRef& ref, const std::vector<v1::Resol
     // The length cap keeps std::stoul from throwing on absurd indices.
     if (!idx.empty() && idx.size() <= 9 && idx.find_first_not_of("0123456789") == std::string::npos) {
       const size_t i = std::stoul(idx);
+      if (i < faults.size() && faults[i].all_ranks())
+        return InvalidArgument("reference '" + s + "': fault " + idx + " targets all ranks, not one");
       if (i < faults.size()) return faults[i].rank();
       return InvalidArgument("reference '" + s + "': the scenario has only " + std::to_string(faults.size()) +
                              " fault(s)");
@@ -85,7 +93,7 @@ std::vector<v1::ResolvedFault> FaultsFor(const std::vector<v1::ResolvedFault>& a
                                          const std::string& host) {
   std::vector<v1::ResolvedFault> out;
   for (const auto& f : all) {
-    const bool hit = f.host().empty() ? f.rank() == rank : f.host() == host;
+    const bool hit = f.all_ranks() || (f.host().empty() ? f.rank() == rank : f.host() == host);
     if (hit) out.push_back(f);
   }
   return out;

@@ -138,6 +138,23 @@ TEST_F(ScorerTest, WrongCauseGetsNoCausePoints) {
   EXPECT_EQ(ItemNamed(r, "culprit").points(), 20);
 }
 
+TEST_F(ScorerTest, WrongCauseOfTheRightClassEarnsThePartialPoints) {
+  scenario.mutable_rubric()->set_cause_class(15);
+  record.set_answer_cause("data-loader-starvation");
+  in.diagnosis = Diagnosis("padding-waste", {});  // also an input-pipeline cause
+  const v1::ScoreReport r = Score(in);
+  const v1::ScoreItem& c = ItemNamed(r, "cause");
+  EXPECT_EQ(c.points(), 15);
+  EXPECT_NE(c.reason().find("input pipeline"), std::string::npos) << c.reason();
+
+  in.diagnosis = Diagnosis("small-buckets", {});  // communication: another class
+  EXPECT_EQ(ItemNamed(Score(in), "cause").points(), 0);
+
+  scenario.mutable_rubric()->set_cause_class(0);  // rubric without partial credit
+  in.diagnosis = Diagnosis("padding-waste", {});
+  EXPECT_EQ(ItemNamed(Score(in), "cause").points(), 0);
+}
+
 TEST_F(ScorerTest, NoDiagnosis) {
   in.diagnosis.reset();
   const v1::ScoreReport r = Score(in);
@@ -293,6 +310,20 @@ TEST(MatchesRemediationTest, EmptyRemediationMatchesNothing) {
   s.clear_remediations();
   s.add_remediations();
   EXPECT_FALSE(MatchesRemediation(s, MakeRecord(), Fix({})));
+}
+
+TEST(MatchesRemediationTest, AtLeastAcceptsAnyNumberFromTheBound) {
+  v1::Scenario s = MakeScenario();
+  s.clear_remediations();
+  auto* set = s.add_remediations()->add_actions()->mutable_set();
+  set->set_key("data.num_workers");
+  set->set_at_least(4);
+  const v1::SessionRecord rec = MakeRecord();
+  EXPECT_TRUE(MatchesRemediation(s, rec, Fix({}, {{"data.num_workers", "4"}})));
+  EXPECT_TRUE(MatchesRemediation(s, rec, Fix({}, {{"data.num_workers", "16"}})));
+  EXPECT_FALSE(MatchesRemediation(s, rec, Fix({}, {{"data.num_workers", "2"}})));
+  EXPECT_FALSE(MatchesRemediation(s, rec, Fix({}, {{"data.num_workers", "many"}})));
+  EXPECT_FALSE(MatchesRemediation(s, rec, Fix({}, {{"data.prefetch_depth", "16"}})));
 }
 
 }  // namespace

@@ -51,7 +51,8 @@ TEST(Registry, KnowsStraggler) {
   ASSERT_NE(FindFaultKind("straggler"), nullptr);
   EXPECT_EQ(FindFaultKind("straggler")->scope, Scope::kHost);
   EXPECT_EQ(FindFaultKind("gremlin"), nullptr);
-  EXPECT_EQ(FaultKindNames(), std::vector<std::string>{"straggler"});
+  EXPECT_EQ(FaultKindNames(),
+            (std::vector<std::string>{"straggler", "dataloader_starvation", "padding_waste", "tiny_buckets"}));
 }
 
 TEST(HookBus, CallsFaultOnlyFromItsTriggerStep) {

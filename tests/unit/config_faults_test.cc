@@ -1,0 +1,116 @@
+// The faults that come with a bad deploy of the job's settings
+// (dataloader_starvation, padding_waste, tiny_buckets): validation, what they
+// change in the job, all-ranks targeting, and the loader latency they add.
+#include <gtest/gtest.h>
+
+#include "faults/dataloader_starvation.h"
+#include "faults/hook_bus.h"
+#include "faults/registry.h"
+#include "faults/targeting.h"
+
+namespace firedrill::faults {
+namespace {
+
+v1::FaultSpec Spec(const std::string& kind) {
+  v1::FaultSpec f;
+  f.set_kind(kind);
+  f.mutable_target()->set_all_ranks(true);
+  return f;
+}
+
+TEST(ConfigFaults, DataLoaderStarvationValidatesAndDeploysTheLoaderSettings) {
+  v1::FaultSpec f = Spec("dataloader_starvation");
+  const FaultKind* k = FindFaultKind("dataloader_starvation");
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->validate(f).message(), "params.sample_latency_ms must be in (0, 1000], got 0.000000");
+  f.mutable_dataloader_starvation()->set_sample_latency_ms(0.5);
+  f.mutable_dataloader_starvation()->set_num_workers(-1);
+  EXPECT_NE(k->validate(f).message().find("params.num_workers"), std::string::npos);
+  f.mutable_dataloader_starvation()->set_num_workers(1);
+  EXPECT_TRUE(k->validate(f).ok());
+
+  v1::ResolvedFault rf;
+  rf.set_kind("dataloader_starvation");
+  *rf.mutable_dataloader_starvation() = f.dataloader_starvation();
+  v1::JobSpec job;
+  job.mutable_data()->set_num_workers(4);
+  job.mutable_data()->set_prefetch_depth(8);
+  ApplyFaultsToJob({rf}, &job);
+  EXPECT_EQ(job.data().num_workers(), 1);
+  EXPECT_EQ(job.data().prefetch_depth(), 8) << "0 leaves the job's read-ahead";
+}
+
+TEST(ConfigFaults, PaddingWasteAndTinyBucketsChangeOnlyTheirSettings) {
+  v1::ResolvedFault pad;
+  pad.set_kind("padding_waste");
+  pad.mutable_padding_waste()->set_min_seq_len(8);
+  v1::ResolvedFault tiny;
+  tiny.set_kind("tiny_buckets");
+  tiny.mutable_tiny_buckets()->set_bucket_mb(0.02);
+  v1::JobSpec job;
+  job.set_world_size(4);
+  job.mutable_data()->set_sampler("length_bucketed");
+  job.mutable_comm()->set_bucket_mb(25);
+  v1::JobSpec want = job;
+  ApplyFaultsToJob({pad, tiny}, &job);
+  EXPECT_TRUE(job.data().variable_length());
+  EXPECT_EQ(job.data().sampler(), "random");
+  EXPECT_EQ(job.data().min_seq_len(), 8);
+  EXPECT_EQ(job.comm().bucket_mb(), 0.02);
+  EXPECT_EQ(job.comm().first_bucket_mb(), 0.02) << "0 = same as bucket_mb";
+  // Everything else is untouched.
+  want.mutable_data()->set_variable_length(true);
+  want.mutable_data()->set_sampler("random");
+  want.mutable_data()->set_min_seq_len(8);
+  want.mutable_comm()->set_bucket_mb(0.02);
+  want.mutable_comm()->set_first_bucket_mb(0.02);
+  EXPECT_EQ(job.DebugString(), want.DebugString());
+
+  v1::FaultSpec f = Spec("tiny_buckets");
+  f.mutable_tiny_buckets()->set_bucket_mb(5);
+  EXPECT_NE(FindFaultKind("tiny_buckets")->validate(f).message().find("params.bucket_mb"), std::string::npos);
+  v1::JobSpec untouched = want;
+  ApplyFaultsToJob({}, &untouched);
+  ApplyFaultsToJob({[] {
+                      v1::ResolvedFault s;
+                      s.set_kind("straggler");
+                      return s;
+                    }()},
+                   &untouched);
+  EXPECT_EQ(untouched.DebugString(), want.DebugString()) << "runtime-only kinds change no settings";
+}
+
+TEST(ConfigFaults, AllRanksTargetReachesEveryRankOnEveryHost) {
+  v1::Scenario s;
+  s.mutable_job()->set_world_size(3);
+  v1::FaultSpec* f = s.add_faults();
+  *f = Spec("dataloader_starvation");
+  f->mutable_trigger()->mutable_step()->set_value(5);
+  f->mutable_dataloader_starvation()->set_sample_latency_ms(0.3);
+  auto faults = ResolveFaults(s, 1, {"h0", "h1", "h2"});
+  ASSERT_TRUE(faults.ok()) << faults.status().message();
+  ASSERT_EQ(faults->size(), 1u);
+  EXPECT_TRUE((*faults)[0].all_ranks());
+  EXPECT_EQ((*faults)[0].rank(), -1);
+  EXPECT_TRUE((*faults)[0].host().empty());
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(FaultsFor(*faults, r, "fresh-host-" + std::to_string(r)).size(), 1u);
+  v1::RankRef ref;
+  ref.set_ref("$faults.0.target.rank");
+  EXPECT_FALSE(ResolveRankRef(ref, *faults).ok()) << "an all-ranks fault has no culprit rank";
+
+  auto bus = HookBus::Create(*faults);
+  ASSERT_TRUE(bus.ok());
+  EXPECT_EQ((*bus)->ExtraSampleLatencyMs({0, 4}), 0) << "before the trigger";
+  EXPECT_EQ((*bus)->ExtraSampleLatencyMs({0, 5}), 0.3);
+}
+
+TEST(CauseClass, GroupsTheTaxonomy) {
+  for (const auto& c : KnownCauses()) EXPECT_FALSE(CauseClass(c).empty()) << c;
+  EXPECT_EQ(CauseClass("data-loader-starvation"), CauseClass("padding-waste"));
+  EXPECT_EQ(CauseClass("small-buckets"), CauseClass("slow-link"));
+  EXPECT_NE(CauseClass("straggler"), CauseClass("slow-link"));
+  EXPECT_EQ(CauseClass("gremlin"), "");
+}
+
+}  // namespace
+}  // namespace firedrill::faults
