@@ -6,6 +6,7 @@
 #include <iostream>
 #include <thread>
 
+#include "cli/autopilot.h"
 #include "cli/demo.h"
 #include "cli/local_controller.h"
 #include "cli/output.h"
@@ -249,6 +250,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   start->add_flag("--no-wait", no_wait, "return without waiting for the baseline");
 
   auto* status = app.add_subcommand("status", "per-rank view of the job");
+  auto* config = app.add_subcommand("config", "the job's settings (keys as `fix --set` takes them)");
 
   std::string cause, note;
   std::vector<int> ranks;
@@ -267,6 +269,11 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   auto* hint = app.add_subcommand("hint", "take a hint (costs points)");
   auto* score = app.add_subcommand("score", "the session's score, item by item");
   auto* end = app.add_subcommand("end", "end the session and stop its agents");
+
+  std::string pilot_scenario;
+  auto* autopilot = app.add_subcommand("autopilot", "play a learner through a scenario from its telemetry alone");
+  autopilot->add_option("SCENARIO", pilot_scenario, "scenario id")->required();
+  autopilot->add_option("--seed", seed, "seed (0: random)");
 
   std::string demo_scenario = "straggler-basic";
   auto* demo = app.add_subcommand("demo", "run a whole drill, playing the learner");
@@ -309,6 +316,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
 
   DrillClient client(ctx.controller);
   if (demo->parsed()) return RunDemo(ctx, demo_scenario, seed);
+  if (autopilot->parsed()) return RunAutopilot(ctx, pilot_scenario, seed);
   if (scen_list->parsed()) return PrintOr(ctx, client.ListScenarios(), &PrintScenarios);
   if (sessions->parsed()) return PrintOr(ctx, client.ListSessions(), &PrintSessions);
   if (start->parsed()) return CmdStart(ctx, client, scenario, seed, !no_wait);
@@ -319,6 +327,13 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   auto id = CurrentSession(ctx);
   if (!id.ok()) return Fail(ctx, id.status());
   if (status->parsed()) return PrintOr(ctx, client.GetStatus(*id), &PrintStatus);
+  if (config->parsed()) {
+    auto st = client.GetStatus(*id);
+    if (!st.ok()) return Fail(ctx, st.status());
+    if (ctx.json) *ctx.out << ToJson(st->job()) << "\n";
+    else PrintConfig(*st, *ctx.out);
+    return 0;
+  }
   if (score->parsed()) return PrintOr(ctx, client.GetScore(*id), &PrintScore);
   return Fail(ctx, InvalidArgument("unknown command; see `firedrill --help`"));
 }

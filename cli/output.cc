@@ -1,5 +1,7 @@
 #include "cli/output.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
 #include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
@@ -193,5 +195,47 @@ void Progress::Done() {
   if (drawn_) std::fprintf(stderr, "\r%*s\r", 80, "");
   drawn_ = false;
 }
+
+namespace {
+
+void PrintFields(const google::protobuf::Message& m, const std::string& prefix, std::ostream& out) {
+  namespace pb = google::protobuf;
+  const pb::Reflection* ref = m.GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  ref->ListFields(m, &fields);  // set fields only, in field-number order
+  for (const auto* f : fields) {
+    const std::string key = prefix.empty() ? f->name() : prefix + "." + f->name();
+    if (f->is_repeated()) continue;
+    switch (f->cpp_type()) {
+      case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+        PrintFields(ref->GetMessage(m, f), key, out);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_STRING:
+        out << key << " = " << ref->GetString(m, f) << "\n";
+        break;
+      case pb::FieldDescriptor::CPPTYPE_BOOL:
+        out << key << " = " << (ref->GetBool(m, f) ? "true" : "false") << "\n";
+        break;
+      case pb::FieldDescriptor::CPPTYPE_INT32:
+        out << key << " = " << ref->GetInt32(m, f) << "\n";
+        break;
+      case pb::FieldDescriptor::CPPTYPE_INT64:
+        out << key << " = " << ref->GetInt64(m, f) << "\n";
+        break;
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE: {
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%g", ref->GetDouble(m, f));
+        out << key << " = " << buf << "\n";
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+void PrintConfig(const v1::SessionStatus& st, std::ostream& out) { PrintFields(st.job(), "", out); }
 
 }  // namespace firedrill::cli

@@ -31,6 +31,9 @@ std::string Bytes(int64_t n);
 void PrintScenarios(const v1::ListScenariosResponse& r, std::ostream& out);
 void PrintSessions(const v1::ListSessionsResponse& r, std::ostream& out);
 void PrintStatus(const v1::SessionStatus& st, std::ostream& out);
+// The job's settings, one `key = value` line each, with the dotted keys
+// `fix --set` takes; unset (default) fields are left out.
+void PrintConfig(const v1::SessionStatus& st, std::ostream& out);
 void PrintVerification(const v1::Verification& v, std::ostream& out);
 void PrintScore(const v1::ScoreReport& r, std::ostream& out);
 

@@ -1,0 +1,218 @@
+#include "cli/autopilot.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "cli/client.h"
+#include "cli/demo.h"
+#include "cli/output.h"
+#include "common/stats.h"
+
+namespace firedrill::cli {
+
+namespace {
+
+struct Shares {
+  double data = 0, compute = 0, comm = 0, padding = 0;
+};
+
+Shares RankShares(const v1::RankStatus& r) {
+  Shares s;
+  if (r.step_ms() <= 0) return s;
+  s.data = r.data_ms() / r.step_ms();
+  s.compute = (r.forward_ms() + r.backward_ms()) / r.step_ms();
+  s.comm = r.comm_ms() / r.step_ms();
+  s.padding = r.padding_fraction();
+  return s;
+}
+
+std::string Pct(double x) { return Num(100 * x, 0) + "%"; }
+
+void Set(v1::ApplyFixRequest* fix, const std::string& key, const std::string& value) {
+  auto* s = fix->add_settings();
+  s->set_key(key);
+  s->set_value(value);
+}
+
+}  // namespace
+
+AutopilotFinding Reason(const v1::SessionStatus& st) {
+  AutopilotFinding f;
+  std::vector<const v1::RankStatus*> live;
+  for (const auto& r : st.ranks())
+    if (r.window_steps() > 0 && r.step_ms() > 0) live.push_back(&r);
+  if (live.empty()) return f;
+  std::vector<double> data, comm, pad, step;
+  for (const auto* r : live) {
+    const Shares s = RankShares(*r);
+    data.push_back(s.data);
+    comm.push_back(s.comm);
+    pad.push_back(s.padding);
+    step.push_back(r->step_ms());
+  }
+  const double med_step = Median(step);
+  const double base_step = st.baseline().median_step_ms();
+  std::string context = "median step " + Num(med_step, 1) + " ms";
+  if (base_step > 0) context += " vs " + Num(base_step, 1) + " ms in the healthy baseline (" + Num(med_step / base_step, 2) + "x)";
+  context += ".\n";
+  const auto& job = st.job();
+
+  // 1. Padding: most of what is computed is not data.
+  const double med_pad = Median(pad);
+  if (med_pad >= 0.3 && job.data().sampler() != "length_bucketed") {
+    f.found = true;
+    f.cause = "padding-waste";
+    f.evidence = context + "padding is " + Pct(med_pad) + " of every batch's tokens on the median rank; the loader draws "
+                 "variable-length rows at random (data.sampler = " + (job.data().sampler().empty() ? "random" : job.data().sampler()) +
+                 ") and pads each row to its batch's longest, so attention and MLP run on padding. Group rows of "
+                 "similar length.";
+    Set(&f.fix, "data.sampler", "length_bucketed");
+    return f;
+  }
+
+  // 2. Input pipeline: the loop waits for batches.
+  std::vector<int> starved;
+  for (const auto* r : live)
+    if (RankShares(*r).data >= 0.25) starved.push_back(r->rank());
+  if (!starved.empty()) {
+    f.found = true;
+    f.cause = "data-loader-starvation";
+    const int workers = std::max(1, job.data().num_workers());
+    const int want = std::max(8, 4 * workers);
+    std::string who;
+    if (starved.size() < live.size()) {
+      f.ranks = starved;
+      for (int r : starved) who += (who.empty() ? "rank " : ", ") + std::to_string(r);
+      who += " only";
+    } else {
+      who = "every rank";
+    }
+    f.evidence = context + "waiting for data takes " + Pct(Median(data)) + " of the median rank's step (" + who +
+                 "), while forward+backward are unchanged; the loader runs " + std::to_string(workers) +
+                 " worker(s) with a read-ahead of " + std::to_string(job.data().prefetch_depth() > 0 ? job.data().prefetch_depth() : 2) +
+                 " batch(es): it cannot keep up with how long batches now take to read. More workers and a deeper "
+                 "read-ahead hide the read latency.";
+    Set(&f.fix, "data.num_workers", std::to_string(want));
+    Set(&f.fix, "data.prefetch_depth", std::to_string(2 * want));
+    return f;
+  }
+
+  // 3. One rank computes slower than the rest.
+  std::string why;
+  const int slow = FindStraggler(st, 1.5, &why);
+  if (slow >= 0) {
+    f.found = true;
+    f.cause = "straggler";
+    f.ranks = {slow};
+    f.evidence = context + why;
+    f.fix.add_replace_host_ranks(slow);
+    return f;
+  }
+
+  // 4. Everyone waits in communication: small buckets are visible in the config.
+  const double med_comm = Median(comm);
+  const double bucket_mb = job.comm().bucket_mb() > 0 ? job.comm().bucket_mb() : 25.0;
+  if (med_comm >= 0.2 && bucket_mb < 1.0) {
+    f.found = true;
+    f.cause = "small-buckets";
+    f.evidence = context + "exposed all-reduce wait is " + Pct(med_comm) + " of the median rank's step, on every "
+                 "rank alike (no rank computes slower, none waits on data); gradient buckets are capped at " + Num(bucket_mb, 3) + " MB, so a step makes one small all-reduce per "
+                 "parameter, each paying a collective's fixed latency. PyTorch's default is 25 MB.";
+    Set(&f.fix, "comm.bucket_mb", "25");
+    return f;
+  }
+  return f;
+}
+
+int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
+  std::ostream& out = *ctx.out;
+  DrillClient client(ctx.controller);
+  auto info = client.StartSession(scenario, seed);
+  if (!info.ok()) {
+    *ctx.err << "error: " << info.status().message() << "\n";
+    return 1;
+  }
+  const std::string id = info->session_id();
+  out << "autopilot: session " << id << " (" << scenario << ", seed " << info->seed() << ")\n";
+  auto st = WaitWhile(client, id, {"created", "baseline"}, "baseline", 300);
+  if (!st.ok() || st->session().state() != "running") {
+    *ctx.err << "error: the session did not reach the running state"
+             << (st.ok() ? " (" + st->session().state() + ")" : ": " + st.status().message()) << "\n";
+    return 1;
+  }
+  out << "baseline: " << Num(st->baseline().throughput_samples_per_s()) << " samples/s, median step "
+      << Num(st->baseline().median_step_ms(), 1) << " ms\n";
+
+  // The same finding on three looks in a row, so one noisy window cannot
+  // decide; faults may start late, so keep looking for a while.
+  AutopilotFinding finding;
+  int agree = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+  while (std::chrono::steady_clock::now() < deadline && agree < 3) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    st = client.GetStatus(id);
+    if (!st.ok()) break;
+    if (st->session().state() != "running") break;
+    bool full = st->ranks_size() > 0;
+    for (const auto& r : st->ranks()) full = full && r.window_steps() >= 10;
+    if (!full) continue;
+    AutopilotFinding now = Reason(*st);
+    if (now.found && now.cause == finding.cause && now.ranks == finding.ranks) {
+      ++agree;
+    } else {
+      agree = now.found ? 1 : 0;
+    }
+    finding = now;
+  }
+  if (!st.ok()) {
+    *ctx.err << "error: " << st.status().message() << "\n";
+    return 1;
+  }
+  if (agree < 3) {
+    out << "autopilot: no consistent finding in the telemetry; ending the session\n";
+    (void)client.EndSession(id, std::chrono::seconds(60));
+    return 1;
+  }
+  PrintStatus(*st, out);
+  out << "\nevidence: " << finding.evidence << "\n";
+  std::string ranks;
+  for (int r : finding.ranks) ranks += " " + std::to_string(r);
+  out << "diagnosis: " << finding.cause << (ranks.empty() ? " (whole job)" : " on rank" + ranks) << "\n";
+
+  v1::SubmitDiagnosisRequest d;
+  d.set_session_id(id);
+  d.set_cause(finding.cause);
+  for (int r : finding.ranks) d.add_culprit_ranks(r);
+  d.set_note("autopilot: " + finding.evidence);
+  if (auto dr = client.SubmitDiagnosis(d); !dr.ok()) {
+    *ctx.err << "error: " << dr.status().message() << "\n";
+    return 1;
+  }
+  v1::ApplyFixRequest fix = finding.fix;
+  fix.set_session_id(id);
+  out << "fix:";
+  for (int r : fix.replace_host_ranks()) out << " --replace-host " << r;
+  for (const auto& s : fix.settings()) out << " --set " << s.key() << "=" << s.value();
+  out << "\n";
+  if (auto fr = client.ApplyFix(fix); !fr.ok()) {
+    *ctx.err << "error: " << fr.status().message() << "\n";
+    return 1;
+  }
+  auto done = WaitWhile(client, id, {"running", "fixing", "verifying"}, "verifying", 300);
+  if (!done.ok()) {
+    *ctx.err << "error: " << done.status().message() << "\n";
+    return 1;
+  }
+  PrintVerification(done->verification(), out);
+  auto score = client.GetScore(id);
+  if (!score.ok()) {
+    *ctx.err << "error: " << score.status().message() << "\n";
+    return 1;
+  }
+  if (ctx.json) out << ToJson(*score) << "\n";
+  else PrintScore(*score, out);
+  return done->verification().passed() ? 0 : 1;
+}
+
+}  // namespace firedrill::cli

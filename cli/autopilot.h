@@ -1,0 +1,31 @@
+// `firedrill autopilot SCENARIO`: plays a learner through the public Drill
+// API only. It never reads scenario files or answer keys: it watches the
+// job's telemetry and config as a learner can, reasons its way to a cause
+// (printing the evidence), applies a fix and reports the measured score. It
+// proves a scenario is solvable from its evidence, and lets an instructor
+// check a new one.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "firedrill/v1/controller.pb.h"
+
+namespace firedrill::cli {
+
+struct AutopilotFinding {
+  bool found = false;
+  std::string cause;       // from the shared cause taxonomy
+  std::vector<int> ranks;  // culprit ranks; empty when the whole job is affected
+  v1::ApplyFixRequest fix; // session_id left empty
+  std::string evidence;    // the reasoning, in words
+};
+
+// One look at the job: what, if anything, the telemetry and config point at.
+// Pure (no I/O), so the rules are unit-tested on recorded statuses.
+AutopilotFinding Reason(const v1::SessionStatus& st);
+
+int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed);
+
+}  // namespace firedrill::cli

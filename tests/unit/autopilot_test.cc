@@ -1,0 +1,98 @@
+// The autopilot's rules on hand-made status snapshots: each fault's
+// signature leads to its cause and fix, and a healthy job to nothing.
+#include "cli/autopilot.h"
+
+#include <gtest/gtest.h>
+
+namespace firedrill::cli {
+namespace {
+
+// A 4-rank job, every rank with the given phase times (ms).
+v1::SessionStatus Job(double data, double fwd, double bwd, double comm, double pad = 0) {
+  v1::SessionStatus st;
+  st.mutable_baseline()->set_median_step_ms(10);
+  auto* job = st.mutable_job();
+  job->set_world_size(4);
+  job->mutable_data()->set_num_workers(1);
+  job->mutable_comm()->set_bucket_mb(25);
+  for (int r = 0; r < 4; ++r) {
+    auto* x = st.add_ranks();
+    x->set_rank(r);
+    x->set_host("node-" + std::to_string(r));
+    x->set_window_steps(20);
+    x->set_data_ms(data);
+    x->set_forward_ms(fwd);
+    x->set_backward_ms(bwd);
+    x->set_comm_ms(comm);
+    x->set_optim_ms(0.5);
+    x->set_step_ms(data + fwd + bwd + comm + 0.5);
+    x->set_padding_fraction(pad);
+  }
+  return st;
+}
+
+TEST(Autopilot, HealthyJobHasNoFinding) {
+  EXPECT_FALSE(Reason(Job(0.2, 3, 6, 1)).found);
+  EXPECT_FALSE(Reason(v1::SessionStatus()).found) << "no telemetry yet";
+}
+
+TEST(Autopilot, DataWaitOnEveryRankIsStarvationOfTheWholeJob) {
+  const auto f = Reason(Job(18, 2, 4, 2));
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.cause, "data-loader-starvation");
+  EXPECT_TRUE(f.ranks.empty());
+  ASSERT_EQ(f.fix.settings_size(), 2);
+  EXPECT_EQ(f.fix.settings(0).key(), "data.num_workers");
+  EXPECT_EQ(f.fix.settings(0).value(), "8");
+  EXPECT_NE(f.evidence.find("every rank"), std::string::npos) << f.evidence;
+}
+
+TEST(Autopilot, DataWaitOnOneHostNamesThatRank) {
+  auto st = Job(0.2, 3, 6, 14);
+  st.mutable_ranks(1)->set_data_ms(14);
+  st.mutable_ranks(1)->set_comm_ms(0.5);
+  st.mutable_ranks(1)->set_step_ms(24);
+  const auto f = Reason(st);
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.cause, "data-loader-starvation");
+  EXPECT_EQ(f.ranks, std::vector<int>{1});
+}
+
+TEST(Autopilot, PaddingComesFirstWhenTheSamplerIsRandom) {
+  auto st = Job(0.2, 20, 30, 5, 0.43);
+  const auto f = Reason(st);
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.cause, "padding-waste");
+  ASSERT_EQ(f.fix.settings_size(), 1);
+  EXPECT_EQ(f.fix.settings(0).value(), "length_bucketed");
+  st.mutable_job()->mutable_data()->set_sampler("length_bucketed");
+  EXPECT_FALSE(Reason(st).found) << "already bucketed: padding is not the fault";
+}
+
+TEST(Autopilot, OneSlowComputeRankIsAStraggler) {
+  auto st = Job(0.2, 3, 6, 12);
+  st.mutable_ranks(3)->set_forward_ms(9);
+  st.mutable_ranks(3)->set_backward_ms(18);
+  st.mutable_ranks(3)->set_comm_ms(0.5);
+  st.mutable_ranks(3)->set_step_ms(28.2);
+  const auto f = Reason(st);
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.cause, "straggler");
+  EXPECT_EQ(f.ranks, std::vector<int>{3});
+  ASSERT_EQ(f.fix.replace_host_ranks_size(), 1);
+  EXPECT_EQ(f.fix.replace_host_ranks(0), 3);
+}
+
+TEST(Autopilot, EveryoneWaitingInCommWithTinyBucketsIsSmallBuckets) {
+  auto st = Job(0.2, 2.5, 6, 100);
+  EXPECT_FALSE(Reason(st).found) << "25 MB buckets: comm is slow for another reason";
+  st.mutable_job()->mutable_comm()->set_bucket_mb(0.01);
+  const auto f = Reason(st);
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.cause, "small-buckets");
+  EXPECT_EQ(f.fix.settings(0).key(), "comm.bucket_mb");
+  EXPECT_EQ(f.fix.settings(0).value(), "25");
+}
+
+}  // namespace
+}  // namespace firedrill::cli
