@@ -1,0 +1,162 @@
+// Every shipped scenario, end to end through the public API with real agent
+// processes: the autopilot (which sees only what a learner sees) finds the
+// right cause and its fix verifies; a wrong fix fails verification; and
+// nothing a learner can read before the diagnosis names the fault or the
+// answer.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "faults/registry.h"
+#include "tests/e2e/harness.h"
+
+namespace firedrill::e2e {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Case {
+  std::string scenario;
+  int64_t seed;
+  std::string cause;  // what the scenario's answer is (the test is the instructor here)
+};
+
+// Every shipped scenario must appear here (checked against the catalogue).
+const std::vector<Case> kCases = {
+    {"straggler-basic", 11, "straggler"},
+    {"straggler-basic", 12, "straggler"},
+    {"storage-migration", 21, "data-loader-starvation"},
+    {"new-text-pipeline", 31, "padding-waste"},
+    {"ddp-memory-tuning", 41, "small-buckets"},
+};
+
+class ScenarioTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir();
+    ctl_ = std::make_unique<ControllerProcess>(dir_);
+    ASSERT_TRUE(ctl_->ok()) << "controller did not start; see " << dir_ << "/controller.log";
+  }
+  void TearDown() override {
+    ctl_.reset();
+    std::error_code ec;
+    if (!HasFailure()) fs::remove_all(dir_, ec);
+  }
+  // `firedrill ARGS` against this test's controller; stdout + stderr.
+  int Cli(std::vector<std::string> args, std::string* output) {
+    args.insert(args.begin(), {"firedrill", "--controller", ctl_->address(), "--state-dir", dir_});
+    std::ostringstream out, err;
+    const int rc = cli::RunCli(args, out, err);
+    *output = out.str() + err.str();
+    return rc;
+  }
+  cli::DrillClient& c() { return ctl_->client(); }
+  std::string dir_;
+  std::unique_ptr<ControllerProcess> ctl_;
+};
+
+TEST_F(ScenarioTest, EveryShippedScenarioHasACase) {
+  auto list = c().ListScenarios();
+  ASSERT_TRUE(list.ok()) << list.status().message();
+  std::set<std::string> shipped, tested;
+  for (const auto& s : list->scenarios()) shipped.insert(s.id());
+  for (const auto& k : kCases) tested.insert(k.scenario);
+  EXPECT_EQ(shipped, tested);
+  EXPECT_GE(shipped.size(), 4u);
+}
+
+TEST_F(ScenarioTest, AutopilotSolvesEveryScenarioFromTheEvidence) {
+  for (const auto& k : kCases) {
+    SCOPED_TRACE(k.scenario + " seed " + std::to_string(k.seed));
+    std::string out;
+    const int rc = Cli({"autopilot", k.scenario, "--seed", std::to_string(k.seed)}, &out);
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("diagnosis: " + k.cause), std::string::npos) << out;
+    EXPECT_NE(out.find("cause '" + k.cause + "' is right"), std::string::npos) << out;
+    EXPECT_NE(out.find("verification PASSED"), std::string::npos) << out;
+  }
+}
+
+TEST_F(ScenarioTest, AWrongFixFailsVerification) {
+  // Padding waste "fixed" with more loader workers: the batches are still
+  // padded, so the job stays slow.
+  auto info = StartRunning(c(), "new-text-pipeline", 32);
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  v1::SubmitDiagnosisRequest d;
+  d.set_session_id(info->session_id());
+  d.set_cause("data-loader-starvation");
+  ASSERT_TRUE(c().SubmitDiagnosis(d).ok());
+  v1::ApplyFixRequest fix;
+  fix.set_session_id(info->session_id());
+  auto* s = fix.add_settings();
+  s->set_key("data.num_workers");
+  s->set_value("8");
+  auto score = FixAndScore(c(), fix);
+  ASSERT_TRUE(score.ok()) << score.status().message();
+  EXPECT_FALSE(score->verification().passed()) << score->verification().detail();
+  for (const auto& it : score->items()) {
+    if (it.name() == "cause") EXPECT_EQ(it.points(), 15) << "right class (input pipeline), wrong cause";
+    if (it.name() == "fix") EXPECT_EQ(it.points(), 0);
+  }
+}
+
+// All text a learner can read before diagnosing, with the scenario ids cut
+// out: the learner picked one from the catalogue, and the session list shows
+// earlier ones.
+std::string Scrub(std::string text) {
+  for (const auto& k : kCases) {
+    for (size_t at; (at = text.find(k.scenario)) != std::string::npos;) text.erase(at, k.scenario.size());
+  }
+  return text;
+}
+
+TEST_F(ScenarioTest, NothingALearnerReadsNamesTheFaultOrTheAnswer) {
+  std::vector<std::string> secrets = faults::FaultKindNames();
+  for (const auto& k : kCases) secrets.push_back(k.cause);
+  // Fault parameter names (the config keys a fault changes are legitimately visible).
+  for (const char* p : {"slowdown", "trigger_step", "all_ranks"}) secrets.push_back(p);
+  std::set<std::string> seen;
+  for (const auto& k : kCases) {
+    if (!seen.insert(k.scenario).second) continue;
+    SCOPED_TRACE(k.scenario);
+    auto info = StartRunning(c(), k.scenario, k.seed);
+    ASSERT_TRUE(info.ok()) << info.status().message();
+    // Let the fault act (stragglers start at step 30-60).
+    auto st = WaitUntil(c(), info->session_id(), [](const v1::SessionStatus& s) { return s.run().steps_done() > 80; }, 60);
+    ASSERT_TRUE(st.ok()) << st.status().message();
+    std::string text, out;
+    for (const auto& args : std::vector<std::vector<std::string>>{{"status"},
+                                                                 {"status", "--json"},
+                                                                 {"config"},
+                                                                 {"config", "--json"},
+                                                                 {"sessions", "--json"},
+                                                                 {"score", "--json"}}) {
+      auto a = args;
+      a.insert(a.end(), {"--session", info->session_id()});
+      Cli(a, &out);
+      text += out + "\n";
+    }
+    // The agents' own logs (a learner on the machine can read them).
+    for (const auto& e : fs::directory_iterator(dir_ + "/logs")) {
+      std::ifstream in(e.path());
+      std::stringstream ss;
+      ss << in.rdbuf();
+      text += ss.str();
+    }
+    text = Scrub(text);
+    for (const auto& secret : secrets) {
+      const size_t at = text.find(secret);
+      EXPECT_EQ(at, std::string::npos) << "'" << secret << "' is visible before the diagnosis: ..."
+                                       << text.substr(at > 150 ? at - 150 : 0, 300) << "...";
+    }
+    ASSERT_TRUE(c().EndSession(info->session_id(), std::chrono::seconds(60)).ok());
+  }
+}
+
+}  // namespace
+}  // namespace firedrill::e2e
