@@ -265,6 +265,7 @@ StatusOr<ReduceStats> Reducer::Finish() {
   // Buckets whose every gradient arrived are already running; the rest
   // (flat mode, or parameters the loss did not reach) start now, in order.
   ReduceStats stats;
+  stats.wait_start = t0;
   stats.started_in_backward = static_cast<int>(m.next_launch);
   std::fill(m.ready.begin(), m.ready.end(), 1);
   m.LaunchReady();
@@ -276,6 +277,7 @@ StatusOr<ReduceStats> Reducer::Finish() {
     stats.bucket_seq.push_back(p.seq());
     Status st = m.pg->Wait(p);
     stats.total_ms += Ms(p.completed() - p.launched());
+    stats.timings.push_back({p.seq(), p.bytes(), p.launched(), p.completed()});
     stats.bytes += p.bytes();
     ++stats.buckets;
     p = comm::PendingCollective();

@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -49,6 +50,12 @@ struct ReducerOptions {
   int rank = 0;  // for messages
 };
 
+struct BucketTiming {
+  int64_t seq = 0;
+  int64_t bytes = 0;
+  std::chrono::steady_clock::time_point launched, completed;
+};
+
 struct ReduceStats {
   bool stop = false;      // some rank asked to stop (flag rides in the last bucket)
   double exposed_ms = 0;  // waiting for buckets after backward returned
@@ -57,6 +64,8 @@ struct ReduceStats {
   int64_t bytes = 0;                // all-reduced this step
   int started_in_backward = 0;      // buckets an autograd hook started (overlapped)
   std::vector<int64_t> bucket_seq;  // collective sequence number per bucket
+  std::vector<BucketTiming> timings;  // per bucket, in launch order (for traces)
+  std::chrono::steady_clock::time_point wait_start;  // when Finish() began waiting
 };
 
 class Reducer {

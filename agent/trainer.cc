@@ -21,6 +21,7 @@
 #include "agent/memory.h"
 #include "agent/model.h"
 #include "agent/optim.h"
+#include "agent/peak_flops.h"
 #include "agent/precision.h"
 #include "agent/reducer.h"
 #include "agent/train_state.h"
@@ -107,6 +108,7 @@ struct Trainer::Impl {
   std::vector<at::Tensor> params;
   int64_t num_params = 0;
   int64_t param_bytes = 0;
+  double peak_flops = 0;  // MFU's denominator, measured once per process
   std::unique_ptr<Reducer> reducer;
   std::unique_ptr<Optimizer> optim;
   std::string config_hash;
@@ -154,6 +156,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
   auto bus = faults::HookBus::Create(opts.faults);
   if (!bus.ok()) return WithPrefix(who, bus.status());
   impl->bus = std::move(bus).value();
+  // Measured before any budget applies (the probe's own GEMMs must never be
+  // what runs out of simulated memory).
+  if (opts.telemetry) impl->peak_flops = PeakMatmulFlops(impl->threads);
   // Counted from here on: the model's parameters are the first allocations.
   InstallTrackingAllocator();
   if (job.memory().device_budget_mb() > 0)
@@ -352,9 +357,19 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         sample_latency_ms = ms;
         loader->set_sample_latency_ms(ms);
       }
-      double data_ms = 0, forward_ms = 0, backward_ms = 0, loss_value = 0, padding = 0;
+      double data_ms = 0, forward_ms = 0, backward_ms = 0, loss_value = 0, padding = 0, model_flops = 0;
       int64_t tokens = 0;
       probe.Begin();
+      // Slices of this step's timeline, for `firedrill trace`.
+      report.clear_spans();
+      auto span = [&](const char* name, Clock::time_point from, Clock::time_point to, int micro) {
+        if (!telemetry) return;
+        v1::Span* sp = report.add_spans();
+        sp->set_name(name);
+        sp->set_start_ms(MsSince(t_step, from));
+        sp->set_dur_ms(MsSince(from, to));
+        sp->set_micro(micro);
+      };
 
       for (int micro = 0; micro < accum; ++micro) {
         phase = "data";
@@ -365,8 +380,14 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         if (opts.on_batch) opts.on_batch(step, micro, *batch);
         tokens += batch->tokens;
         padding += batch->padding_fraction;
+        // Useful work only: padding is computed but not counted, so padding
+        // waste shows as lower MFU.
+        model_flops += batch->tokens > 0
+                           ? static_cast<double>(batch->tokens) * model->TrainFlopsPerToken(batch->x.size(1))
+                           : static_cast<double>(batch->rows()) * model->TrainFlopsPerToken(0);
         auto t1 = Clock::now();
         data_ms += MsSince(t0, t1);
+        span("data", t0, t1, micro);
 
         // Each compute phase reports its measured time to the hooks inside
         // its own timing, so a straggler's extra sleep lands in
@@ -387,6 +408,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         bus->AfterCompute({at, faults::ComputePhase::kForward, Clock::now() - t0});
         t1 = Clock::now();
         forward_ms += MsSince(t0, t1);
+        span("forward", t0, t1, micro);
 
         phase = "backward";
         t0 = Clock::now();
@@ -398,6 +420,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         bus->AfterCompute({at, faults::ComputePhase::kBackward, Clock::now() - t0});
         t1 = Clock::now();
         backward_ms += MsSince(t0, t1);
+        span("backward", t0, t1, micro);
       }
       const int64_t activation_peak = probe.End();
       reducer->RebindGrads();
@@ -406,6 +429,26 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
       auto reduced = reducer->Finish();
       if (!reduced.ok()) return reduced.status();
       const ReduceStats& rs = *reduced;
+      if (telemetry) {
+        span("allreduce wait", rs.wait_start, Clock::now(), -1);
+        // The backend runs collectives one at a time, in launch order: a
+        // bucket's all-reduce runs from when it was handed over or the one
+        // before it finished, whichever is later (the rest is queueing).
+        Clock::time_point prev_done{};
+        for (size_t b = 0; b < rs.timings.size(); ++b) {
+          const BucketTiming& bt = rs.timings[b];
+          const Clock::time_point began = std::max(bt.launched, prev_done);
+          prev_done = bt.completed;
+          v1::Span* sp = report.add_spans();
+          sp->set_name("allreduce");
+          sp->set_start_ms(MsSince(t_step, began));
+          sp->set_dur_ms(MsSince(began, bt.completed));
+          sp->set_micro(-1);
+          sp->set_seq(bt.seq);
+          sp->set_bytes(bt.bytes);
+          sp->set_bucket(static_cast<int>(b));
+        }
+      }
 
       phase = "optimizer";
       auto t0 = Clock::now();
@@ -430,6 +473,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
       bus->AfterCompute({at, faults::ComputePhase::kOptimizer, Clock::now() - t0});
       auto t1 = Clock::now();
       const double optim_ms = MsSince(t0, t1);
+      span("optimizer", t0, t1, -1);
       const int64_t step_peak = PeakBytes();
 
       double checkpoint_ms = 0;
@@ -437,7 +481,9 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         phase = "checkpoint";
         t0 = Clock::now();
         FD_RETURN_IF_ERROR(SaveCheckpoint(pg, *loader, step + 1));
-        checkpoint_ms = MsSince(t0, Clock::now());
+        const auto t_ck = Clock::now();
+        checkpoint_ms = MsSince(t0, t_ck);
+        span("checkpoint", t0, t_ck, -1);
       }
 
       bus->OnStepEnd(at);
@@ -466,6 +512,8 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         report.set_global_batch(global_batch);
         report.set_samples_per_s(step_ms > 0 ? data.batch_size * accum * 1000.0 / step_ms : 0.0);
         report.set_tokens_per_s(step_ms > 0 ? tokens * 1000.0 / step_ms : 0.0);
+        report.set_model_flops_per_s(step_ms > 0 ? model_flops * 1000.0 / step_ms : 0.0);
+        report.set_peak_flops_per_s(peak_flops);
         report.set_padding_fraction(padding / accum);
         report.set_mem_params_bytes(param_bytes);
         report.set_mem_grads_bytes(reducer->grad_bytes());
@@ -475,6 +523,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         report.set_end_unix_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
                                    .count());
+        report.set_start_unix_ns(report.end_unix_ns() - static_cast<int64_t>(step_ms * 1e6));
         report.set_collective_seq(pg.seq());
         on_step(report);
       }

@@ -56,6 +56,10 @@ StatusOr<v1::SessionStatus> DrillClient::GetStatus(const std::string& session_id
   return Call(&v1::Drill::Stub::GetStatus, req, deadline_);
 }
 
+StatusOr<v1::TraceResponse> DrillClient::GetTrace(const v1::GetTraceRequest& req) {
+  return Call(&v1::Drill::Stub::GetTrace, req, deadline_);
+}
+
 StatusOr<v1::SubmitDiagnosisResponse> DrillClient::SubmitDiagnosis(const v1::SubmitDiagnosisRequest& req) {
   return Call(&v1::Drill::Stub::SubmitDiagnosis, req, deadline_);
 }

@@ -25,6 +25,7 @@ class DrillClient {
   StatusOr<v1::SessionInfo> StartSession(const std::string& scenario_id, int64_t seed);
   StatusOr<v1::ListSessionsResponse> ListSessions();
   StatusOr<v1::SessionStatus> GetStatus(const std::string& session_id);
+  StatusOr<v1::TraceResponse> GetTrace(const v1::GetTraceRequest& req);
   StatusOr<v1::SubmitDiagnosisResponse> SubmitDiagnosis(const v1::SubmitDiagnosisRequest& req);
   StatusOr<v1::ApplyFixResponse> ApplyFix(const v1::ApplyFixRequest& req);
   StatusOr<v1::RequestHintResponse> RequestHint(const std::string& session_id);

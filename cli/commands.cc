@@ -10,6 +10,8 @@
 #include "cli/demo.h"
 #include "cli/local_controller.h"
 #include "cli/output.h"
+#include "cli/trace.h"
+#include "cli/scenario_tools.h"
 #include "common/paths.h"
 
 namespace firedrill::cli {
@@ -204,6 +206,36 @@ int CmdHint(CliContext& ctx, DrillClient& client) {
   return 0;
 }
 
+int CmdTrace(CliContext& ctx, DrillClient& client, const std::string& id, const std::string& path,
+             const std::string& steps) {
+  v1::GetTraceRequest req;
+  req.set_session_id(id);
+  if (Status st = ParseStepRange(steps, &req); !st.ok()) return Fail(ctx, st);
+  auto tr = client.GetTrace(req);
+  if (!tr.ok()) return Fail(ctx, tr.status());
+  int64_t lo = INT64_MAX, hi = -1, n = 0;
+  for (const auto& r : tr->ranks()) {
+    for (const auto& s : r.steps()) {
+      lo = std::min(lo, s.step());
+      hi = std::max(hi, s.step());
+      ++n;
+    }
+  }
+  if (n == 0) return Fail(ctx, NotFound("no steps in that range of the " + tr->run() + " run"));
+  std::ofstream f(path, std::ios::trunc);
+  f << ChromeTraceJson(*tr) << "\n";
+  f.close();
+  if (!f) return Fail(ctx, Internal("cannot write " + path));
+  if (ctx.json) {
+    *ctx.out << "{\"file\": \"" << path << "\", \"run\": \"" << tr->run() << "\", \"from_step\": " << lo
+             << ", \"to_step\": " << hi + 1 << ", \"ranks\": " << tr->ranks_size() << "}\n";
+  } else {
+    *ctx.out << "wrote " << path << ": steps " << lo << ".." << hi << " of the " << tr->run() << " run, "
+             << tr->ranks_size() << " ranks; open it in https://ui.perfetto.dev or chrome://tracing\n";
+  }
+  return 0;
+}
+
 int CmdEnd(CliContext& ctx, DrillClient& client) {
   auto id = CurrentSession(ctx);
   if (!id.ok()) return Fail(ctx, id.status());
@@ -239,6 +271,14 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   auto* scenarios = app.add_subcommand("scenarios", "the scenario catalogue");
   scenarios->require_subcommand(1);
   auto* scen_list = scenarios->add_subcommand("list", "list scenarios");
+  std::vector<std::string> scen_files;
+  std::string skills_file = DefaultSkillsFile(), scen_dir = DefaultScenarioDir();
+  auto* scen_validate = scenarios->add_subcommand("validate", "check scenario files (no controller needed)");
+  scen_validate->add_option("FILE", scen_files, "scenario YAML files")->required();
+  scen_validate->add_option("--skills", skills_file, "skill-atom table for `skills:`")->capture_default_str();
+  auto* scen_coverage = scenarios->add_subcommand("coverage", "which scenarios exercise each skill atom of the course");
+  scen_coverage->add_option("--dir", scen_dir, "scenario directory")->capture_default_str();
+  scen_coverage->add_option("--skills", skills_file, "skill-atom table (Markdown)")->capture_default_str();
   auto* sessions = app.add_subcommand("sessions", "list sessions, including finished ones");
 
   std::string scenario;
@@ -251,6 +291,10 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
 
   auto* status = app.add_subcommand("status", "per-rank view of the job");
   auto* config = app.add_subcommand("config", "the job's settings (keys as `fix --set` takes them)");
+  std::string trace_out, trace_steps;
+  auto* trace = app.add_subcommand("trace", "the ranks' step timelines as one Chrome trace (Perfetto, chrome://tracing)");
+  trace->add_option("-o,--output", trace_out, "file to write")->required();
+  trace->add_option("--steps", trace_steps, "FROM:TO (TO exclusive) or FROM: (default: the last 20 steps)");
 
   std::string cause, note;
   std::vector<int> ranks;
@@ -313,6 +357,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
 
   if (up->parsed()) return CmdUp(ctx, listen.empty() ? ctx.controller : listen);
   if (down->parsed()) return CmdDown(ctx);
+  if (scen_validate->parsed()) return RunScenarioValidate(ctx, scen_files, skills_file);
+  if (scen_coverage->parsed()) return RunScenarioCoverage(ctx, scen_dir, skills_file);
 
   DrillClient client(ctx.controller);
   if (demo->parsed()) return RunDemo(ctx, demo_scenario, seed);
@@ -327,6 +373,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   auto id = CurrentSession(ctx);
   if (!id.ok()) return Fail(ctx, id.status());
   if (status->parsed()) return PrintOr(ctx, client.GetStatus(*id), &PrintStatus);
+  if (trace->parsed()) return CmdTrace(ctx, client, *id, trace_out, trace_steps);
   if (config->parsed()) {
     auto st = client.GetStatus(*id);
     if (!st.ok()) return Fail(ctx, st.status());

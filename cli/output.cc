@@ -108,7 +108,7 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
   std::vector<std::string> header = {"RANK", "HOST", "STATE", "STEP", "STEP_MS", "SAMPLES/S"};
   if (tokens) header.push_back("TOKENS/S");
   if (padding) header.push_back("PAD%");
-  header.insert(header.end(), {"DATA", "FWD", "BWD", "COMM", "OPT", "LOSS"});
+  header.insert(header.end(), {"MFU%", "DATA", "FWD", "BWD", "COMM", "OPT", "LOSS"});
   if (scale) header.push_back("SCALE");
   if (mem) header.push_back("MEM_PEAK");
   header.insert(header.end(), {"BUSY/MED", ""});
@@ -124,7 +124,8 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     row.insert(row.end(), {std::to_string(r.step()), Num(r.step_ms(), 1), Num(r.samples_per_s())});
     if (tokens) row.push_back(Num(r.tokens_per_s()));
     if (padding) row.push_back(Num(100 * r.padding_fraction(), 1));
-    row.insert(row.end(), {Num(r.data_ms(), 1), Num(r.forward_ms(), 1), Num(r.backward_ms(), 1),
+    row.insert(row.end(), {r.mfu() > 0 ? Num(100 * r.mfu(), 1) : "-", Num(r.data_ms(), 1), Num(r.forward_ms(), 1),
+                           Num(r.backward_ms(), 1),
                            Num(r.comm_ms(), 1), Num(r.optim_ms(), 1), Num(r.loss(), 3)});
     if (scale) {
       std::string cell = r.loss_scale() > 0 ? Num(r.loss_scale()) : "-";
@@ -145,6 +146,7 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
   note(padding, "PAD% = padding share of tokens");
   note(scale, "SCALE = loss scale now (optimiser steps skipped so far)");
   note(mem, "MEM_PEAK = the last step's peak of tracked memory");
+  note(true, "MFU% = model FLOPs of real tokens/samples per second over the rank's measured peak matmul rate");
   if (!notes.empty()) out << "(" << notes << ")\n";
   for (const auto& r : st.ranks()) {
     if (!r.message().empty() && (r.state() == "failed" || r.state() == "lost")) {

@@ -38,6 +38,14 @@ std::string DefaultScenarioDir() {
   return ExecutableDir() + "/../share/firedrill/scenarios";
 }
 
+std::string DefaultSkillsFile() {
+  if (const char* env = std::getenv("FIREDRILL_SKILLS"); env && *env) return env;
+  std::error_code ec;
+  std::string src = std::string(FIREDRILL_SOURCE_DIR) + "/docs/SKILLS.md";
+  if (std::string(FIREDRILL_SOURCE_DIR).size() && std::filesystem::is_regular_file(src, ec)) return src;
+  return ExecutableDir() + "/../share/firedrill/SKILLS.md";
+}
+
 std::string DefaultControllerAddress() {
   if (const char* env = std::getenv("FIREDRILL_CONTROLLER"); env && *env) return env;
   return "127.0.0.1:50071";

@@ -12,6 +12,9 @@ std::string ExecutableDir();
 // Scenario directory: $FIREDRILL_SCENARIOS, else the source tree's
 // scenarios/ (baked in at build time), else <exe>/../share/firedrill/scenarios.
 std::string DefaultScenarioDir();
+// The course's skill-atom table, found the same way: $FIREDRILL_SKILLS, else
+// the source tree's docs/SKILLS.md, else <exe>/../share/firedrill/SKILLS.md.
+std::string DefaultSkillsFile();
 // Default controller address: $FIREDRILL_CONTROLLER or 127.0.0.1:50071.
 std::string DefaultControllerAddress();
 // mkdir -p; returns false and sets err on failure.

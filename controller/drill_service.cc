@@ -37,6 +37,10 @@ grpc::Status DrillService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
   return Reply(sessions_->GetStatus(req->session_id()), out);
 }
 
+grpc::Status DrillService::GetTrace(grpc::ServerContext*, const v1::GetTraceRequest* req, v1::TraceResponse* out) {
+  return Reply(sessions_->GetTrace(*req), out);
+}
+
 grpc::Status DrillService::SubmitDiagnosis(grpc::ServerContext*, const v1::SubmitDiagnosisRequest* req,
                                            v1::SubmitDiagnosisResponse* out) {
   return Reply(sessions_->Diagnose(*req), out);

@@ -9,7 +9,7 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
   if (steps.empty()) return;
   const size_t n = std::min(steps.size(), static_cast<size_t>(std::max(window, 1)));
   double step = 0, data = 0, fwd = 0, bwd = 0, comm = 0, opt = 0, sps = 0;
-  double tps = 0, pad = 0, comm_total = 0, ckpt = 0;
+  double tps = 0, pad = 0, comm_total = 0, ckpt = 0, flops = 0;
   for (size_t i = steps.size() - n; i < steps.size(); ++i) {
     const auto& s = steps[i];
     step += s.step_ms();
@@ -23,6 +23,7 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
     pad += s.padding_fraction();
     comm_total += s.comm_total_ms();
     ckpt += s.checkpoint_ms();
+    flops += s.model_flops_per_s();
   }
   const double k = static_cast<double>(n);
   const auto& last = steps.back();
@@ -39,6 +40,11 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
   out->set_padding_fraction(pad / k);
   out->set_comm_total_ms(comm_total / k);
   out->set_checkpoint_ms(ckpt / k);
+  out->set_model_flops_per_s(flops / k);
+  out->set_peak_flops_per_s(last.peak_flops_per_s());
+  // Model FLOPs utilisation: useful model FLOPs per second over the rank's
+  // measured peak matmul rate.
+  out->set_mfu(last.peak_flops_per_s() > 0 ? flops / k / last.peak_flops_per_s() : 0.0);
   out->set_window_steps(static_cast<int>(n));
   // Optimiser state, counters and memory: the last step's values.
   out->set_loss_scale(last.loss_scale());

@@ -688,6 +688,40 @@ StatusOr<v1::SessionStatus> SessionManager::GetStatus(const std::string& id) {
   return st;
 }
 
+StatusOr<v1::TraceResponse> SessionManager::GetTrace(const v1::GetTraceRequest& req) {
+  auto sp = Find(req.session_id());
+  if (!sp.ok()) return sp.status();
+  Session& s = **sp;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (req.from_step() < 0 || (req.to_step() != 0 && req.to_step() <= req.from_step()))
+    return InvalidArgument("steps " + std::to_string(req.from_step()) + ":" + std::to_string(req.to_step()) +
+                           " is not a range (FROM:TO, TO exclusive and > FROM)");
+  v1::TraceResponse out;
+  out.set_session_id(req.session_id());
+  if (s.run) out.set_run(s.run->kind);
+  int64_t newest = -1;
+  for (const auto& r : s.ranks)
+    if (!r.steps.empty()) newest = std::max(newest, r.steps.back().step());
+  if (newest < 0) return FailedPrecondition("no steps recorded yet in this session's current run; try again shortly");
+  int64_t from = req.from_step(), to = req.to_step();
+  if (to == 0 && from == 0) {
+    const int last = req.last() > 0 ? req.last() : 20;
+    to = newest + 1;
+    from = std::max<int64_t>(0, to - last);
+  } else if (to == 0) {
+    to = newest + 1;
+  }
+  for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
+    const Rank& r = s.ranks[rank];
+    v1::RankTrace* t = out.add_ranks();
+    t->set_rank(rank);
+    t->set_host(rank < s.rec.hosts_size() ? s.rec.hosts(rank) : r.host);
+    for (const auto& st : r.steps)
+      if (st.step() >= from && st.step() < to) *t->add_steps() = st;
+  }
+  return out;
+}
+
 StatusOr<v1::SubmitDiagnosisResponse> SessionManager::Diagnose(const v1::SubmitDiagnosisRequest& req) {
   auto sp = Find(req.session_id());
   if (!sp.ok()) return sp.status();

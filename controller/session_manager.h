@@ -55,6 +55,7 @@ class SessionManager : public AgentListener {
   StatusOr<v1::SessionInfo> Start(const v1::StartSessionRequest& req);
   std::vector<v1::SessionInfo> List();
   StatusOr<v1::SessionStatus> GetStatus(const std::string& id);
+  StatusOr<v1::TraceResponse> GetTrace(const v1::GetTraceRequest& req);
   StatusOr<v1::SubmitDiagnosisResponse> Diagnose(const v1::SubmitDiagnosisRequest& req);
   StatusOr<v1::ApplyFixResponse> Fix(const v1::ApplyFixRequest& req);
   StatusOr<v1::RequestHintResponse> Hint(const std::string& id);

@@ -1,0 +1,94 @@
+// `firedrill trace`: the Chrome trace built from ranks' step reports, and
+// the --steps range.
+#include "cli/trace.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace firedrill::cli {
+namespace {
+
+v1::TraceResponse TwoRanks() {
+  v1::TraceResponse t;
+  t.set_session_id("s-1");
+  t.set_run("main");
+  for (int r = 0; r < 2; ++r) {
+    auto* rt = t.add_ranks();
+    rt->set_rank(r);
+    rt->set_host("node-" + std::to_string(r));
+    auto* s = rt->add_steps();
+    s->set_step(7);
+    s->set_start_unix_ns(1'000'000'000 + r * 500'000);  // rank 1 starts 0.5 ms later
+    s->set_step_ms(10);
+    auto* f = s->add_spans();
+    f->set_name("forward");
+    f->set_start_ms(1);
+    f->set_dur_ms(3);
+    f->set_micro(0);
+    auto* a = s->add_spans();
+    a->set_name("allreduce");
+    a->set_start_ms(5);
+    a->set_dur_ms(2);
+    a->set_micro(-1);
+    a->set_seq(42);
+    a->set_bytes(4096);
+    a->set_bucket(1);
+  }
+  return t;
+}
+
+TEST(Trace, OneProcessPerRankWithStepComputeAndCommTracks) {
+  const auto j = nlohmann::json::parse(ChromeTraceJson(TwoRanks()));
+  ASSERT_TRUE(j.contains("traceEvents"));
+  int names = 0, slices = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") {
+      ++names;
+      EXPECT_EQ(e["args"]["name"], "rank " + std::to_string(e["pid"].get<int>()) + " (node-" +
+                                       std::to_string(e["pid"].get<int>()) + ")");
+    }
+    if (e["ph"] != "X") continue;
+    ++slices;
+    const int pid = e["pid"];
+    const double base = pid * 500.0;  // microseconds since the earliest step
+    if (e["tid"] == 0) {
+      EXPECT_EQ(e["name"], "step 7");
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), base);
+      EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 10000.0);
+    } else if (e["tid"] == 1) {
+      EXPECT_EQ(e["name"], "forward");
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), base + 1000.0);
+      EXPECT_EQ(e["args"]["micro_batch"], 0);
+    } else {
+      EXPECT_EQ(e["tid"], 2);
+      EXPECT_EQ(e["name"], "allreduce bucket 1 (seq 42)");
+      EXPECT_EQ(e["args"]["bytes"], 4096);
+      EXPECT_EQ(e["args"]["seq"], 42);
+      EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 2000.0);
+    }
+  }
+  EXPECT_EQ(names, 2);
+  EXPECT_EQ(slices, 6);
+}
+
+TEST(Trace, StepRangeParsing) {
+  v1::GetTraceRequest r;
+  EXPECT_TRUE(ParseStepRange("", &r).ok());
+  EXPECT_EQ(r.from_step(), 0);
+  EXPECT_EQ(r.to_step(), 0) << "empty = the last steps";
+  EXPECT_TRUE(ParseStepRange("100:120", &r).ok());
+  EXPECT_EQ(r.from_step(), 100);
+  EXPECT_EQ(r.to_step(), 120);
+  EXPECT_TRUE(ParseStepRange("50:", &r).ok());
+  EXPECT_EQ(r.from_step(), 50);
+  EXPECT_EQ(r.to_step(), 0);
+  for (const char* bad : {"10", "a:b", "20:10", "5:5", "-1:3"}) {
+    const Status st = ParseStepRange(bad, &r);
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_NE(st.message().find(bad), std::string::npos) << st.message();
+  }
+}
+
+}  // namespace
+}  // namespace firedrill::cli
