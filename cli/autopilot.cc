@@ -100,7 +100,7 @@ AutopilotFinding Reason(const v1::SessionStatus& st) {
 
   // 3. One rank computes slower than the rest.
   std::string why;
-  const int slow = FindStraggler(st, 1.5, &why);
+  const int slow = FindStraggler(st, 1.2, &why);
   if (slow >= 0) {
     f.found = true;
     f.cause = "straggler";

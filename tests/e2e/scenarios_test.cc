@@ -30,6 +30,7 @@ struct Case {
 const std::vector<Case> kCases = {
     {"straggler-basic", 11, "straggler"},
     {"straggler-basic", 12, "straggler"},
+    {"thermal-throttle", 13, "straggler"},
     {"storage-migration", 21, "data-loader-starvation"},
     {"new-text-pipeline", 31, "padding-waste"},
     {"ddp-memory-tuning", 41, "small-buckets"},
