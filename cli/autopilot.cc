@@ -98,19 +98,9 @@ AutopilotFinding Reason(const v1::SessionStatus& st) {
     return f;
   }
 
-  // 3. One rank computes slower than the rest.
-  std::string why;
-  const int slow = FindStraggler(st, 1.2, &why);
-  if (slow >= 0) {
-    f.found = true;
-    f.cause = "straggler";
-    f.ranks = {slow};
-    f.evidence = context + why;
-    f.fix.add_replace_host_ranks(slow);
-    return f;
-  }
-
-  // 4. Everyone waits in communication: small buckets are visible in the config.
+  // 3. Everyone waits in communication: small buckets are visible in the config.
+  // Checked before stragglers: when communication dominates, busy time is
+  // small and noisy, and a 1.2x skew in it means little.
   const double med_comm = Median(comm);
   const double bucket_mb = job.comm().bucket_mb() > 0 ? job.comm().bucket_mb() : 25.0;
   if (med_comm >= 0.2 && bucket_mb < 1.0) {
@@ -122,6 +112,18 @@ AutopilotFinding Reason(const v1::SessionStatus& st) {
     Set(&f.fix, "comm.bucket_mb", "25");
     return f;
   }
+  // 4. One rank computes slower than the rest.
+  std::string why;
+  const int slow = FindStraggler(st, 1.2, &why);
+  if (slow >= 0) {
+    f.found = true;
+    f.cause = "straggler";
+    f.ranks = {slow};
+    f.evidence = context + why;
+    f.fix.add_replace_host_ranks(slow);
+    return f;
+  }
+
   return f;
 }
 
