@@ -60,6 +60,10 @@ StatusOr<v1::TraceResponse> DrillClient::GetTrace(const v1::GetTraceRequest& req
   return Call(&v1::Drill::Stub::GetTrace, req, deadline_);
 }
 
+StatusOr<v1::LogsResponse> DrillClient::GetLogs(const v1::GetLogsRequest& req) {
+  return Call(&v1::Drill::Stub::GetLogs, req, deadline_);
+}
+
 StatusOr<v1::SubmitDiagnosisResponse> DrillClient::SubmitDiagnosis(const v1::SubmitDiagnosisRequest& req) {
   return Call(&v1::Drill::Stub::SubmitDiagnosis, req, deadline_);
 }

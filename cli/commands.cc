@@ -206,6 +206,24 @@ int CmdHint(CliContext& ctx, DrillClient& client) {
   return 0;
 }
 
+int CmdLogs(CliContext& ctx, DrillClient& client, const std::string& id, int rank, int tail, bool follow) {
+  v1::GetLogsRequest req;
+  req.set_session_id(id);
+  req.set_rank(rank);
+  req.set_offset(-1);
+  req.set_tail_lines(tail);
+  while (true) {
+    auto lg = client.GetLogs(req);
+    if (!lg.ok()) return Fail(ctx, lg.status());
+    if (ctx.json) *ctx.out << ToJson(*lg) << "\n";
+    else *ctx.out << lg->text();
+    ctx.out->flush();
+    if (!follow) return 0;
+    req.set_offset(lg->next_offset());
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
 int CmdTrace(CliContext& ctx, DrillClient& client, const std::string& id, const std::string& path,
              const std::string& steps) {
   v1::GetTraceRequest req;
@@ -291,6 +309,12 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
 
   auto* status = app.add_subcommand("status", "per-rank view of the job");
   auto* config = app.add_subcommand("config", "the job's settings (keys as `fix --set` takes them)");
+  int log_rank = -1, log_tail = 50;
+  bool log_follow = false;
+  auto* logs = app.add_subcommand("logs", "a rank's agent log (its own output and library errors)");
+  logs->add_option("--rank", log_rank, "rank")->required();
+  logs->add_option("--tail", log_tail, "lines to show first")->capture_default_str();
+  logs->add_flag("-f,--follow", log_follow, "keep printing new lines (Ctrl-C to stop)");
   std::string trace_out, trace_steps;
   auto* trace = app.add_subcommand("trace", "the ranks' step timelines as one Chrome trace (Perfetto, chrome://tracing)");
   trace->add_option("-o,--output", trace_out, "file to write")->required();
@@ -373,6 +397,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   auto id = CurrentSession(ctx);
   if (!id.ok()) return Fail(ctx, id.status());
   if (status->parsed()) return PrintOr(ctx, client.GetStatus(*id), &PrintStatus);
+  if (logs->parsed()) return CmdLogs(ctx, client, *id, log_rank, log_tail, log_follow);
   if (trace->parsed()) return CmdTrace(ctx, client, *id, trace_out, trace_steps);
   if (config->parsed()) {
     auto st = client.GetStatus(*id);

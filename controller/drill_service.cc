@@ -41,6 +41,10 @@ grpc::Status DrillService::GetTrace(grpc::ServerContext*, const v1::GetTraceRequ
   return Reply(sessions_->GetTrace(*req), out);
 }
 
+grpc::Status DrillService::GetLogs(grpc::ServerContext*, const v1::GetLogsRequest* req, v1::LogsResponse* out) {
+  return Reply(sessions_->GetLogs(*req), out);
+}
+
 grpc::Status DrillService::SubmitDiagnosis(grpc::ServerContext*, const v1::SubmitDiagnosisRequest* req,
                                            v1::SubmitDiagnosisResponse* out) {
   return Reply(sessions_->Diagnose(*req), out);

@@ -20,6 +20,7 @@ class DrillService final : public v1::Drill::Service {
                             v1::ListSessionsResponse*) override;
   grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*, v1::SessionStatus*) override;
   grpc::Status GetTrace(grpc::ServerContext*, const v1::GetTraceRequest*, v1::TraceResponse*) override;
+  grpc::Status GetLogs(grpc::ServerContext*, const v1::GetLogsRequest*, v1::LogsResponse*) override;
   grpc::Status SubmitDiagnosis(grpc::ServerContext*, const v1::SubmitDiagnosisRequest*,
                                v1::SubmitDiagnosisResponse*) override;
   grpc::Status ApplyFix(grpc::ServerContext*, const v1::ApplyFixRequest*, v1::ApplyFixResponse*) override;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "common/log.h"
@@ -719,6 +721,55 @@ StatusOr<v1::TraceResponse> SessionManager::GetTrace(const v1::GetTraceRequest& 
     for (const auto& st : r.steps)
       if (st.step() >= from && st.step() < to) *t->add_steps() = st;
   }
+  return out;
+}
+
+StatusOr<v1::LogsResponse> SessionManager::GetLogs(const v1::GetLogsRequest& req) {
+  auto sp = Find(req.session_id());
+  if (!sp.ok()) return sp.status();
+  Session& s = **sp;
+  std::string agent_id, host;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (req.rank() < 0 || req.rank() >= static_cast<int>(s.ranks.size()))
+      return InvalidArgument("rank " + std::to_string(req.rank()) + " is outside 0.." +
+                             std::to_string(s.ranks.size() - 1));
+    agent_id = s.ranks[req.rank()].agent_id;
+    host = req.rank() < s.rec.hosts_size() ? s.rec.hosts(req.rank()) : s.ranks[req.rank()].host;
+  }
+  if (agent_id.empty()) return FailedPrecondition("rank " + std::to_string(req.rank()) + " has no agent yet");
+  if (!opts_.local_launcher)
+    return FailedPrecondition("agent logs are kept on the agents' own machines (this controller did not launch them)");
+  const std::string path = opts_.state_dir + "/logs/" + agent_id + ".log";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("no log for rank " + std::to_string(req.rank()) + " (" + path + ")");
+  in.seekg(0, std::ios::end);
+  const int64_t size = static_cast<int64_t>(in.tellg());
+  int64_t from = req.offset();
+  std::string text;
+  if (from < 0) {
+    // The last N lines: read a generous tail and cut at line starts.
+    const int lines = req.tail_lines() > 0 ? req.tail_lines() : 50;
+    const int64_t start = std::max<int64_t>(0, size - 256 * 1024);
+    in.seekg(start);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+    size_t cut = text.size();
+    for (int n = 0; n <= lines && cut != std::string::npos && cut > 0; ++n) cut = text.rfind('\n', cut - 1);
+    if (cut != std::string::npos && cut + 1 < text.size() && cut > 0) text = text.substr(cut + 1);
+    from = size;
+  } else {
+    from = std::min(from, size);
+    const int64_t n = std::min<int64_t>(size - from, 1 << 20);
+    in.seekg(from);
+    text.resize(static_cast<size_t>(n));
+    in.read(text.data(), n);
+    from += n;
+  }
+  v1::LogsResponse out;
+  out.set_agent_id(agent_id);
+  out.set_host(host);
+  out.set_text(text);
+  out.set_next_offset(from);
   return out;
 }
 

@@ -56,6 +56,7 @@ class SessionManager : public AgentListener {
   std::vector<v1::SessionInfo> List();
   StatusOr<v1::SessionStatus> GetStatus(const std::string& id);
   StatusOr<v1::TraceResponse> GetTrace(const v1::GetTraceRequest& req);
+  StatusOr<v1::LogsResponse> GetLogs(const v1::GetLogsRequest& req);
   StatusOr<v1::SubmitDiagnosisResponse> Diagnose(const v1::SubmitDiagnosisRequest& req);
   StatusOr<v1::ApplyFixResponse> Fix(const v1::ApplyFixRequest& req);
   StatusOr<v1::RequestHintResponse> Hint(const std::string& id);

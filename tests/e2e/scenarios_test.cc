@@ -136,6 +136,7 @@ TEST_F(ScenarioTest, NothingALearnerReadsNamesTheFaultOrTheAnswer) {
                                                                  {"config"},
                                                                  {"config", "--json"},
                                                                  {"sessions", "--json"},
+                                                                 {"logs", "--rank", "0", "--tail", "200"},
                                                                  {"score", "--json"}}) {
       auto a = args;
       a.insert(a.end(), {"--session", info->session_id()});
