@@ -62,6 +62,9 @@ int AgentClient::Run() {
         job_cv_.notify_all();
         break;
       }
+      case v1::ControllerMessage::kDumpFlightRecorder:
+        OnDumpFlightRecorder(msg.dump_flight_recorder());
+        break;
       case v1::ControllerMessage::kStop: {
         std::lock_guard<std::mutex> lock(job_mu_);
         if (msg.stop().run_id() == run_id_) stop_ = true;
@@ -157,6 +160,35 @@ StatusOr<StoreAddress> AgentClient::AwaitStore(const std::string& run_id, double
                           " s (run " + run_id + ")");
 }
 
+void AgentClient::OnDumpFlightRecorder(const v1::DumpFlightRecorder& req) {
+  v1::AgentMessage m;
+  auto* fr = m.mutable_flight_record();
+  fr->set_request_id(req.request_id());
+  std::shared_ptr<comm::FlightRecorder> rec;
+  {
+    std::lock_guard<std::mutex> lock(job_mu_);
+    rec = recorder_;
+    fr->set_run_id(run_id_);
+    fr->set_rank(rec ? recorder_rank_ : -1);
+  }
+  if (rec) {
+    for (const auto& e : rec->Snapshot()) {
+      auto* c = fr->add_entries();
+      c->set_seq(e.seq);
+      c->set_op(e.op);
+      c->set_bytes(e.bytes);
+      c->set_step(e.step);
+      c->set_transport(e.transport);
+      c->set_state(e.state);
+      c->set_start_unix_ns(e.start_unix_ns);
+      c->set_end_unix_ns(e.end_unix_ns);
+      c->set_error(e.error);
+    }
+  }
+  fr->set_unix_ns(comm::UnixNowNs());
+  Write(m);
+}
+
 void AgentClient::JobMain(v1::RunJob job) {
   const std::string run_id = job.run_id();
   const int rank = job.rank();
@@ -180,6 +212,12 @@ void AgentClient::JobMain(v1::RunJob job) {
     e->set_store_port(a.port);
     Write(m);
   };
+  o.recorder = std::make_shared<comm::FlightRecorder>();
+  {
+    std::lock_guard<std::mutex> lock(job_mu_);
+    recorder_ = o.recorder;
+    recorder_rank_ = rank;
+  }
   const double rendezvous_timeout = job.job().comm().timeout_s() + 30.0;
   o.await_store = [this, run_id, rendezvous_timeout] { return AwaitStore(run_id, rendezvous_timeout); };
 

@@ -42,6 +42,7 @@ class AgentClient {
   StatusOr<StoreAddress> AwaitStore(const std::string& run_id, double timeout_s);
   bool Write(const v1::AgentMessage& msg);
   void FlushSteps();
+  void OnDumpFlightRecorder(const v1::DumpFlightRecorder& req);
   void SenderLoop();
   void SendEvent(const std::string& run_id, int rank, v1::JobEvent::Kind kind, const std::string& message,
                  int64_t step);
@@ -61,6 +62,9 @@ class AgentClient {
   std::optional<StoreAddress> store_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> job_running_{false};
+  // The running (or last) job's flight recorder and rank, for dumps.
+  std::shared_ptr<comm::FlightRecorder> recorder_;
+  int recorder_rank_ = -1;
   std::thread job_thread_;
   std::vector<v1::StepReport> pending_;  // guarded by job_mu_
 };

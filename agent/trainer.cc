@@ -280,6 +280,8 @@ Status Trainer::Run(const std::atomic<bool>& stop,
     go.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::llround(timeout_s * 1000)));
     go.hooks = m.bus.get();
     go.allow_shared_memory = m.opts.shared_memory_allreduce;
+    if (!m.opts.recorder) m.opts.recorder = std::make_shared<comm::FlightRecorder>();
+    go.recorder = m.opts.recorder;
 
     std::unique_ptr<comm::ProcessGroup> pg;
     if (m.rank == 0) {
@@ -340,6 +342,22 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
   const bool telemetry = opts.telemetry && on_step;
   const int warmup = job.optim().warmup_steps();
   const int64_t ckpt_every = job.checkpoint().every();
+  // Finite mlp data: this rank's optimiser steps per epoch, from its strided
+  // shard (samples r, r+W, ... < N, no padding). Without drop_last the last
+  // batch is partial, and ranks whose shards straddle a batch boundary
+  // differently run a different number of steps per epoch: the classic way
+  // a job ends up with ranks in different collectives.
+  int64_t epoch_steps = 0;
+  if (job.data().dataset_size() > 0 && data.kind == DataKind::kClassification) {
+    const int64_t n = job.data().dataset_size(), b = data.batch_size;
+    const int64_t count = (n - rank + world - 1) / world;  // this rank's samples
+    const int64_t batches = job.data().drop_last() ? n / (static_cast<int64_t>(world) * b) : (count + b - 1) / b;
+    epoch_steps = job.data().drop_last() ? batches / accum : (batches + accum - 1) / accum;
+    if (epoch_steps < 1)
+      return InvalidArgument(who + ": data.dataset_size " + std::to_string(n) + " gives rank " + std::to_string(rank) +
+                             " no full step per epoch (batch " + std::to_string(b) + " x world " +
+                             std::to_string(world) + " x accumulation " + std::to_string(accum) + ")");
+  }
   const bool scaling = scaler->enabled();
   const char* phase = "";
   v1::StepReport report;
@@ -475,6 +493,17 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
       const double optim_ms = MsSince(t0, t1);
       span("optimizer", t0, t1, -1);
       const int64_t step_peak = PeakBytes();
+
+      if (epoch_steps > 0 && (step + 1) % epoch_steps == 0) {
+        // End of this rank's epoch: every rank meets here before the next
+        // (as training scripts do before evaluation or a checkpoint).
+        phase = "end-of-epoch barrier";
+        spdlog::info("rank {}: epoch {} done after {} steps (step {})", rank, (step + 1) / epoch_steps, epoch_steps,
+                     step);
+        const auto t_b = Clock::now();
+        if (Status st = pg.Barrier(step); !st.ok()) return st;
+        span("barrier", t_b, Clock::now(), -1);
+      }
 
       double checkpoint_ms = 0;
       if (ckpt_every > 0 && (step + 1) % ckpt_every == 0) {

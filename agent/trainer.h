@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/comm/flight_recorder.h"
 #include "common/status.h"
 #include "firedrill/v1/agent.pb.h"
 #include "firedrill/v1/telemetry.pb.h"
@@ -53,6 +54,9 @@ struct TrainerOptions {
   // against PyTorch on exactly these batches); `micro` counts from 0 within
   // the optimiser step. Called on the training thread.
   std::function<void(int64_t step, int micro, const Batch& batch)> on_batch;
+  // Where this rank records its collectives (one is made when null); the
+  // agent keeps it to answer flight-recorder dumps while a collective hangs.
+  std::shared_ptr<comm::FlightRecorder> recorder;
 };
 
 class Trainer {

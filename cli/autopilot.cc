@@ -6,6 +6,7 @@
 
 #include "cli/client.h"
 #include "cli/demo.h"
+#include "cli/flight_recorder.h"
 #include "cli/output.h"
 #include "common/stats.h"
 
@@ -113,8 +114,12 @@ AutopilotFinding Reason(const v1::SessionStatus& st) {
     return f;
   }
   // 4. One rank computes slower than the rest.
+  // Busy time under ~2 ms is mostly scheduling noise on shared cores: a
+  // ratio there means nothing.
+  std::vector<double> busy;
+  for (const auto* r : live) busy.push_back(r->step_ms() - r->comm_ms());
   std::string why;
-  const int slow = FindStraggler(st, 1.2, &why);
+  const int slow = Median(busy) >= 2.0 ? FindStraggler(st, 1.2, &why) : -1;
   if (slow >= 0) {
     f.found = true;
     f.cause = "straggler";
@@ -124,6 +129,43 @@ AutopilotFinding Reason(const v1::SessionStatus& st) {
     return f;
   }
 
+  return f;
+}
+
+bool LooksHung(const v1::SessionStatus& st) {
+  int running = 0, silent = 0;
+  for (const auto& r : st.ranks()) {
+    if (r.state() != "running") continue;
+    ++running;
+    if (r.since_last_step_s() >= 5 && r.since_last_step_s() * 1000 >= 20 * r.step_ms()) ++silent;
+  }
+  return running > 0 && silent == running;
+}
+
+AutopilotFinding ReasonHang(const v1::SessionStatus& st, const v1::FlightRecorderResponse& fr) {
+  AutopilotFinding f;
+  const FrAnalysis a = AnalyzeFlightRecords(fr);
+  if (!a.stuck) return f;
+  double quiet = 0;
+  for (const auto& r : st.ranks()) quiet = std::max(quiet, r.since_last_step_s());
+  f.found = true;
+  f.cause = "collective-hang";
+  f.ranks = a.odd_ranks;
+  f.evidence = "no rank has reported a step for " + Num(quiet) + " s, and no error: the job hangs (comm.timeout_s = " +
+               Num(st.job().comm().timeout_s() > 0 ? st.job().comm().timeout_s() : 30) +
+               " s). Flight recorders: " + a.summary;
+  const auto& d = st.job().data();
+  if (a.desync && d.dataset_size() > 0 && !d.drop_last()) {
+    f.evidence += " The data is a finite dataset of " + std::to_string(d.dataset_size()) +
+                  " samples sharded across ranks without padding and without drop_last, so ranks can run a "
+                  "different number of steps per epoch; drop the ragged last batch, and make a hang fail fast.";
+    auto* s = f.fix.add_settings();
+    s->set_key("data.drop_last");
+    s->set_value("true");
+    s = f.fix.add_settings();
+    s->set_key("comm.timeout_s");
+    s->set_value("60");
+  }
   return f;
 }
 
@@ -159,7 +201,15 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     bool full = st->ranks_size() > 0;
     for (const auto& r : st->ranks()) full = full && r.window_steps() >= 10;
     if (!full) continue;
-    AutopilotFinding now = Reason(*st);
+    // A job that stopped moving first: its last window's phase times are
+    // stale and say nothing about why.
+    AutopilotFinding now;
+    if (LooksHung(*st)) {
+      auto fr = client.GetFlightRecorder(id);
+      if (fr.ok()) now = ReasonHang(*st, *fr);
+    } else {
+      now = Reason(*st);
+    }
     if (now.found && now.cause == finding.cause && now.ranks == finding.ranks) {
       ++agree;
     } else {

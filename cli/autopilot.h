@@ -25,6 +25,10 @@ struct AutopilotFinding {
 // One look at the job: what, if anything, the telemetry and config point at.
 // Pure (no I/O), so the rules are unit-tested on recorded statuses.
 AutopilotFinding Reason(const v1::SessionStatus& st);
+// True when every running rank stopped reporting steps (a hang).
+bool LooksHung(const v1::SessionStatus& st);
+// A hung job: what the flight recorders say.
+AutopilotFinding ReasonHang(const v1::SessionStatus& st, const v1::FlightRecorderResponse& fr);
 
 int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed);
 

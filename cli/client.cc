@@ -64,6 +64,12 @@ StatusOr<v1::LogsResponse> DrillClient::GetLogs(const v1::GetLogsRequest& req) {
   return Call(&v1::Drill::Stub::GetLogs, req, deadline_);
 }
 
+StatusOr<v1::FlightRecorderResponse> DrillClient::GetFlightRecorder(const std::string& session_id) {
+  v1::GetFlightRecorderRequest req;
+  req.set_session_id(session_id);
+  return Call(&v1::Drill::Stub::GetFlightRecorder, req, deadline_);
+}
+
 StatusOr<v1::SubmitDiagnosisResponse> DrillClient::SubmitDiagnosis(const v1::SubmitDiagnosisRequest& req) {
   return Call(&v1::Drill::Stub::SubmitDiagnosis, req, deadline_);
 }

@@ -27,6 +27,7 @@ class DrillClient {
   StatusOr<v1::SessionStatus> GetStatus(const std::string& session_id);
   StatusOr<v1::TraceResponse> GetTrace(const v1::GetTraceRequest& req);
   StatusOr<v1::LogsResponse> GetLogs(const v1::GetLogsRequest& req);
+  StatusOr<v1::FlightRecorderResponse> GetFlightRecorder(const std::string& session_id);
   StatusOr<v1::SubmitDiagnosisResponse> SubmitDiagnosis(const v1::SubmitDiagnosisRequest& req);
   StatusOr<v1::ApplyFixResponse> ApplyFix(const v1::ApplyFixRequest& req);
   StatusOr<v1::RequestHintResponse> RequestHint(const std::string& session_id);

@@ -1,6 +1,7 @@
 #include "cli/commands.h"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -10,6 +11,7 @@
 #include "cli/demo.h"
 #include "cli/local_controller.h"
 #include "cli/output.h"
+#include "cli/flight_recorder.h"
 #include "cli/trace.h"
 #include "cli/scenario_tools.h"
 #include "common/paths.h"
@@ -315,6 +317,9 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   logs->add_option("--rank", log_rank, "rank")->required();
   logs->add_option("--tail", log_tail, "lines to show first")->capture_default_str();
   logs->add_flag("-f,--follow", log_follow, "keep printing new lines (Ctrl-C to stop)");
+  int fr_last = 8;
+  auto* fr = app.add_subcommand("fr", "every rank's flight recorder (recent collectives) and where they disagree");
+  fr->add_option("--last", fr_last, "entries per rank to show")->capture_default_str();
   std::string trace_out, trace_steps;
   auto* trace = app.add_subcommand("trace", "the ranks' step timelines as one Chrome trace (Perfetto, chrome://tracing)");
   trace->add_option("-o,--output", trace_out, "file to write")->required();
@@ -397,6 +402,20 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   auto id = CurrentSession(ctx);
   if (!id.ok()) return Fail(ctx, id.status());
   if (status->parsed()) return PrintOr(ctx, client.GetStatus(*id), &PrintStatus);
+  if (fr->parsed()) {
+    auto rec = client.GetFlightRecorder(*id);
+    if (!rec.ok()) return Fail(ctx, rec.status());
+    const FrAnalysis a = AnalyzeFlightRecords(*rec);
+    if (ctx.json) {
+      *ctx.out << "{\"records\": " << ToJson(*rec) << ", \"desync\": " << (a.desync ? "true" : "false")
+               << ", \"odd_ranks\": [";
+      for (size_t i = 0; i < a.odd_ranks.size(); ++i) *ctx.out << (i ? ", " : "") << a.odd_ranks[i];
+      *ctx.out << "], \"summary\": " << nlohmann::json(a.summary).dump() << "}\n";
+    } else {
+      PrintFlightRecords(*rec, a, fr_last, *ctx.out);
+    }
+    return 0;
+  }
   if (logs->parsed()) return CmdLogs(ctx, client, *id, log_rank, log_tail, log_follow);
   if (trace->parsed()) return CmdTrace(ctx, client, *id, trace_out, trace_steps);
   if (config->parsed()) {

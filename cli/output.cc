@@ -114,7 +114,11 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
   header.insert(header.end(), {"BUSY/MED", ""});
   Table t(header);
   for (const auto& r : st.ranks()) {
-    std::vector<std::string> row = {std::to_string(r.rank()), r.host(), r.state()};
+    std::string state = r.state();
+    // A rank that stopped reporting: stuck in a collective, a loader, a hang.
+    if (r.since_last_step_s() >= 5 && r.since_last_step_s() * 1000 >= 20 * r.step_ms())
+      state += " (no step for " + Num(r.since_last_step_s()) + " s)";
+    std::vector<std::string> row = {std::to_string(r.rank()), r.host(), state};
     if (r.window_steps() == 0) {
       row.resize(header.size() - 1, "-");
       row.push_back("");

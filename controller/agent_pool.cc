@@ -36,6 +36,9 @@ grpc::Status AgentPool::Connect(grpc::ServerContext* ctx,
       case v1::AgentMessage::kEvent:
         listener_->OnJobEvent(id, msg.event());
         break;
+      case v1::AgentMessage::kFlightRecord:
+        listener_->OnFlightRecord(id, msg.flight_record());
+        break;
       default:
         break;  // heartbeats only keep the stream alive
     }

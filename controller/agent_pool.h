@@ -32,6 +32,7 @@ class AgentListener {
   virtual void OnSteps(const std::string& agent_id, const v1::StepBatch& batch) = 0;
   virtual void OnJobEvent(const std::string& agent_id, const v1::JobEvent& event) = 0;
   virtual void OnAgentGone(const std::string& agent_id, const std::string& reason) = 0;
+  virtual void OnFlightRecord(const std::string& agent_id, const v1::FlightRecord& record) {}
 };
 
 class AgentPool final : public v1::AgentLink::Service {

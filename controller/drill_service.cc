@@ -45,6 +45,11 @@ grpc::Status DrillService::GetLogs(grpc::ServerContext*, const v1::GetLogsReques
   return Reply(sessions_->GetLogs(*req), out);
 }
 
+grpc::Status DrillService::GetFlightRecorder(grpc::ServerContext*, const v1::GetFlightRecorderRequest* req,
+                                             v1::FlightRecorderResponse* out) {
+  return Reply(sessions_->GetFlightRecorder(*req), out);
+}
+
 grpc::Status DrillService::SubmitDiagnosis(grpc::ServerContext*, const v1::SubmitDiagnosisRequest* req,
                                            v1::SubmitDiagnosisResponse* out) {
   return Reply(sessions_->Diagnose(*req), out);

@@ -21,6 +21,8 @@ class DrillService final : public v1::Drill::Service {
   grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*, v1::SessionStatus*) override;
   grpc::Status GetTrace(grpc::ServerContext*, const v1::GetTraceRequest*, v1::TraceResponse*) override;
   grpc::Status GetLogs(grpc::ServerContext*, const v1::GetLogsRequest*, v1::LogsResponse*) override;
+  grpc::Status GetFlightRecorder(grpc::ServerContext*, const v1::GetFlightRecorderRequest*,
+                                 v1::FlightRecorderResponse*) override;
   grpc::Status SubmitDiagnosis(grpc::ServerContext*, const v1::SubmitDiagnosisRequest*,
                                v1::SubmitDiagnosisResponse*) override;
   grpc::Status ApplyFix(grpc::ServerContext*, const v1::ApplyFixRequest*, v1::ApplyFixResponse*) override;

@@ -77,6 +77,9 @@ Check CheckData(const v1::JobSpec& j, const std::string& p) {
   FD_CHECK(AtLeast(Join(p, "sample_latency_ms"), d.sample_latency_ms(), 0.0));
   FD_CHECK(OneOf(Join(p, "sampler"), d.sampler(), {"", "random", "length_bucketed"}));
   FD_CHECK(OneOf(Join(p, "source"), d.source(), {"", "text", "synthetic"}));
+  FD_CHECK(AtLeast(Join(p, "dataset_size"), d.dataset_size(), int64_t{0}));
+  if (d.dataset_size() > 0 && j.model().kind() != "mlp")
+    return Fail(Join(p, "dataset_size"), "applies to the mlp's synthetic data only (gpt-tiny's corpus sets its own size)");
   if (j.model().kind() == "gpt-tiny" && d.min_seq_len() != 0) {
     FD_CHECK(InRange(Join(p, "min_seq_len"), d.min_seq_len(), 1, j.model().seq_len()));
   }

@@ -455,7 +455,10 @@ bool SessionManager::RunOver(const Session& s) const {
 // Runs a job to its end. OK only if every rank finished.
 Status SessionManager::RunJob(Session& s, Lock& lock, const std::string& kind, int64_t steps, bool with_faults) {
   StartRun(s, kind, steps, with_faults);
-  const auto hang_after = std::chrono::duration<double>(s.rec.job().comm().timeout_s() + 15.0);
+  // Steps take milliseconds here: half a minute without one is a hang, even
+  // when the job's own collective timeout (possibly PyTorch's 30 min) has
+  // not expired yet.
+  const auto hang_after = std::chrono::duration<double>(std::min(s.rec.job().comm().timeout_s() + 15.0, 30.0));
   while (!s.end_requested && !RunOver(s)) {
     s.cv.wait_for(lock, std::chrono::milliseconds(500));
     if (std::chrono::steady_clock::now() - s.run->last_progress > hang_after) {
@@ -493,7 +496,9 @@ void SessionManager::StopRun(Session& s, Lock& lock) {
   for (auto& r : s.ranks) {
     if (r.state == "running") pool_->Send(r.agent_id, msg);
   }
-  const auto limit = std::chrono::duration<double>(s.rec.job().comm().timeout_s() + 5.0);
+  // A healthy rank stops after its current step; one stuck in a collective
+  // never will, and is killed like an operator would kill a hung job.
+  const auto limit = std::chrono::duration<double>(std::min(s.rec.job().comm().timeout_s() + 5.0, 15.0));
   s.cv.wait_for(lock, limit, [&] { return RunOver(s); });
   for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
     if (s.ranks[rank].state == "running") {
@@ -541,6 +546,7 @@ void SessionManager::OnSteps(const std::string& agent_id, const v1::StepBatch& b
   for (const auto& step : batch.steps()) {
     if (step.rank() < 0 || step.rank() >= static_cast<int>(s->ranks.size())) continue;
     s->ranks[step.rank()].steps.push_back(step);
+    s->ranks[step.rank()].last_step_at = std::chrono::steady_clock::now();
   }
   s->run->state = "running";
   s->run->last_progress = std::chrono::steady_clock::now();
@@ -668,6 +674,10 @@ StatusOr<v1::SessionStatus> SessionManager::GetStatus(const std::string& id) {
     row.set_state(r.state);
     row.set_message(r.message);
     FillRankWindow(r.steps, opts_.status_window, &row);
+    if (!r.steps.empty() && r.state == "running") {
+      row.set_since_last_step_s(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - r.last_step_at).count());
+    }
     rows.push_back(std::move(row));
   }
   MarkSlowRanks(opts_.slow_ratio, &rows);
@@ -720,6 +730,52 @@ StatusOr<v1::TraceResponse> SessionManager::GetTrace(const v1::GetTraceRequest& 
     t->set_host(rank < s.rec.hosts_size() ? s.rec.hosts(rank) : r.host);
     for (const auto& st : r.steps)
       if (st.step() >= from && st.step() < to) *t->add_steps() = st;
+  }
+  return out;
+}
+
+void SessionManager::OnFlightRecord(const std::string& agent_id, const v1::FlightRecord& record) {
+  auto s = SessionOfAgent(agent_id);
+  if (!s) return;
+  std::lock_guard<std::mutex> lock(s->mu);
+  if (record.request_id() != s->fr_request) return;  // a late answer to an earlier dump
+  for (int rank = 0; rank < static_cast<int>(s->ranks.size()); ++rank) {
+    if (s->ranks[rank].agent_id == agent_id) s->fr_replies[rank] = record;
+  }
+  s->cv.notify_all();
+}
+
+StatusOr<v1::FlightRecorderResponse> SessionManager::GetFlightRecorder(const v1::GetFlightRecorderRequest& req) {
+  auto sp = Find(req.session_id());
+  if (!sp.ok()) return sp.status();
+  Session& s = **sp;
+  const int64_t id = ++fr_counter_;
+  std::vector<std::pair<int, std::string>> agents;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.fr_request = id;
+    s.fr_replies.clear();
+    for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank)
+      if (!s.ranks[rank].agent_id.empty()) agents.emplace_back(rank, s.ranks[rank].agent_id);
+  }
+  v1::ControllerMessage msg;
+  msg.mutable_dump_flight_recorder()->set_request_id(id);
+  size_t sent = 0;
+  for (const auto& [rank, agent] : agents) sent += pool_->Send(agent, msg) ? 1 : 0;
+  std::unique_lock<std::mutex> lock(s.mu);
+  // Agents answer from their stream thread, even while their rank is stuck.
+  s.cv.wait_for(lock, std::chrono::seconds(3), [&] { return s.fr_replies.size() >= sent || s.fr_request != id; });
+  v1::FlightRecorderResponse out;
+  out.set_session_id(req.session_id());
+  for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
+    v1::RankFlightRecord* r = out.add_ranks();
+    r->set_rank(rank);
+    r->set_host(rank < s.rec.hosts_size() ? s.rec.hosts(rank) : s.ranks[rank].host);
+    auto it = s.fr_replies.find(rank);
+    if (it == s.fr_replies.end()) continue;
+    r->set_answered(true);
+    *r->mutable_entries() = it->second.entries();
+    r->set_unix_ns(it->second.unix_ns());
   }
   return out;
 }

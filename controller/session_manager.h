@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -67,6 +68,8 @@ class SessionManager : public AgentListener {
   void OnSteps(const std::string& agent_id, const v1::StepBatch& batch) override;
   void OnJobEvent(const std::string& agent_id, const v1::JobEvent& event) override;
   void OnAgentGone(const std::string& agent_id, const std::string& reason) override;
+  void OnFlightRecord(const std::string& agent_id, const v1::FlightRecord& record) override;
+  StatusOr<v1::FlightRecorderResponse> GetFlightRecorder(const v1::GetFlightRecorderRequest& req);
   // From the local launcher: an agent process ended.
   void OnAgentExit(const std::string& agent_id, int pid, const std::string& how);
 
@@ -78,6 +81,7 @@ class SessionManager : public AgentListener {
     std::string state = "idle";  // idle|starting|running|finished|failed|lost|retired
     std::string message;
     std::vector<v1::StepReport> steps;  // this run's reports, in order
+    std::chrono::steady_clock::time_point last_step_at;  // when the newest report arrived
   };
   struct Run {
     std::string id;
@@ -102,10 +106,13 @@ class SessionManager : public AgentListener {
     std::set<std::string> retired;         // agents we stopped on purpose
     std::set<std::string> replaced_hosts;  // hosts the learner moved ranks off
     std::deque<v1::SessionEvent> events;
+    int64_t fr_request = 0;                  // the flight-recorder dump being collected
+    std::map<int, v1::FlightRecord> fr_replies;  // by rank
     std::thread driver;
   };
   using Lock = std::unique_lock<std::mutex>;
 
+  std::atomic<int64_t> fr_counter_{0};
   StatusOr<std::shared_ptr<Session>> Find(const std::string& id);
   std::shared_ptr<Session> SessionOfAgent(const std::string& agent_id);
   const v1::Scenario* FindScenario(const std::string& id) const;

@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "faults/collective_desync.h"
 #include "faults/dataloader_starvation.h"
 #include "faults/padding_waste.h"
 #include "faults/straggler.h"
@@ -39,6 +40,9 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
       {"tiny_buckets", Scope::kRank, ValidateTinyBuckets,
        [](const v1::ResolvedFault&, Env&) -> std::unique_ptr<Fault> { return std::make_unique<TinyBuckets>(); },
        ApplyTinyBuckets},
+      {"collective_desync", Scope::kRank, ValidateCollectiveDesync,
+       [](const v1::ResolvedFault&, Env&) -> std::unique_ptr<Fault> { return std::make_unique<CollectiveDesync>(); },
+       ApplyCollectiveDesync},
   };
   return kinds;
 }

@@ -193,6 +193,23 @@ Status ProcessGroup::Broadcast(at::Tensor& t, int root, int64_t step) {
   return Wait(*p);
 }
 
+Status ProcessGroup::Barrier(int64_t step) {
+  const faults::CollectiveInfo info{{opts_.rank, step}, "barrier", ++seq_, 0};
+  if (!impl_->pg) return FailedPrecondition(Label(info) + ": process group not connected");
+  if (opts_.recorder) opts_.recorder->Started(info.seq, "barrier", 0, step, "gloo");
+  try {
+    c10d::BarrierOptions o;
+    o.timeout = opts_.timeout;
+    impl_->pg->monitoredBarrier(o, /*waitAllRanks=*/true);
+  } catch (...) {
+    const std::string cause = Describe(std::current_exception());
+    if (opts_.recorder) opts_.recorder->Finished(info.seq, cause);
+    return CommError(Label(info), cause);
+  }
+  if (opts_.recorder) opts_.recorder->Finished(info.seq, "");
+  return Status::Ok();
+}
+
 StatusOr<bool> ProcessGroup::EnableSharedMemory(int64_t bytes_per_rank) {
   const std::string who = "rank " + std::to_string(opts_.rank) + ": setting up shared-memory all-reduce";
   if (!impl_->store) return FailedPrecondition(who + ": no store");
@@ -271,6 +288,7 @@ StatusOr<PendingCollective> ProcessGroup::Start(const char* op, const at::Tensor
     }
     st->shm = impl_->shm;
     st->ticket = *ticket;
+    if (opts_.recorder) opts_.recorder->Started(st->info.seq, op, st->info.bytes, step, "shm");
     PendingCollective p;
     p.state_ = std::move(st);
     return p;
@@ -280,6 +298,7 @@ StatusOr<PendingCollective> ProcessGroup::Start(const char* op, const at::Tensor
     std::vector<at::Tensor> args{t};
     st->launched = std::chrono::steady_clock::now();
     if (prescale != 1.0) args[0].mul_(prescale);
+    if (opts_.recorder) opts_.recorder->Started(st->info.seq, op, st->info.bytes, step, "gloo");
     if (root < 0) {
       c10d::AllreduceOptions o;
       o.reduceOp = c10d::ReduceOp::SUM;
@@ -316,15 +335,21 @@ Status ProcessGroup::Wait(PendingCollective& pending) {
     Status s = st->shm->Wait(st->ticket, &done_ns);
     // The transport's code says what happened: a peer gone (Unavailable),
     // too slow (DeadlineExceeded) or out of step (Aborted, a desync).
-    if (!s.ok()) return Status(s.code(), Label(st->info) + " failed: " + s.message());
+    if (!s.ok()) {
+      if (opts_.recorder) opts_.recorder->Finished(st->info.seq, s.message());
+      return Status(s.code(), Label(st->info) + " failed: " + s.message());
+    }
     st->completed_ns->store(done_ns);
   } else {
     try {
       st->work->wait();
     } catch (...) {
-      return CommError(Label(st->info), Describe(std::current_exception()));
+      const std::string cause = Describe(std::current_exception());
+      if (opts_.recorder) opts_.recorder->Finished(st->info.seq, cause);
+      return CommError(Label(st->info), cause);
     }
   }
+  if (opts_.recorder) opts_.recorder->Finished(st->info.seq, "");
   if (st->completed_ns->load() == 0) st->completed_ns->store(NowNs());
   try {
     if (opts_.hooks) opts_.hooks->AfterCollective(st->info);

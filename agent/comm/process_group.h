@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "agent/comm/flight_recorder.h"
 #include "faults/hook_bus.h"
 
 namespace firedrill::agent::comm {
@@ -28,6 +29,8 @@ struct GroupOptions {
   // Lets EnableSharedMemory() take the shared-memory path when every rank
   // can (see shm_transport.h). Off on any rank keeps all ranks on Gloo.
   bool allow_shared_memory = true;
+  // Every collective is recorded here when set (outlives the group).
+  std::shared_ptr<FlightRecorder> recorder;
 };
 
 class ProcessGroup;
@@ -77,6 +80,10 @@ class ProcessGroup {
   // errors. A failure names rank, op, sequence number and size.
   Status AllReduceSum(at::Tensor& t, int64_t step);
   Status Broadcast(at::Tensor& t, int root, int64_t step);
+  // c10d's monitoredBarrier (Gloo): rank 0 waits for every other rank, then
+  // releases them; within the group timeout, or an error that names the
+  // rank that did not arrive.
+  Status Barrier(int64_t step);
 
   // Asynchronous all-reduce (sum), in place: fires BeforeCollective and
   // hands `t` to the backend, which runs collectives one at a time in the

@@ -34,6 +34,7 @@ const std::vector<Case> kCases = {
     {"storage-migration", 21, "data-loader-starvation"},
     {"new-text-pipeline", 31, "padding-waste"},
     {"ddp-memory-tuning", 41, "small-buckets"},
+    {"epoch-end-hang", 51, "collective-hang"},
 };
 
 class ScenarioTest : public ::testing::Test {
@@ -137,6 +138,7 @@ TEST_F(ScenarioTest, NothingALearnerReadsNamesTheFaultOrTheAnswer) {
                                                                  {"config", "--json"},
                                                                  {"sessions", "--json"},
                                                                  {"logs", "--rank", "0", "--tail", "200"},
+                                                                 {"fr"},
                                                                  {"score", "--json"}}) {
       auto a = args;
       a.insert(a.end(), {"--session", info->session_id()});

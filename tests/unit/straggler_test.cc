@@ -52,7 +52,8 @@ TEST(Registry, KnowsStraggler) {
   EXPECT_EQ(FindFaultKind("straggler")->scope, Scope::kHost);
   EXPECT_EQ(FindFaultKind("gremlin"), nullptr);
   EXPECT_EQ(FaultKindNames(),
-            (std::vector<std::string>{"straggler", "dataloader_starvation", "padding_waste", "tiny_buckets"}));
+            (std::vector<std::string>{"straggler", "dataloader_starvation", "padding_waste", "tiny_buckets",
+                                      "collective_desync"}));
 }
 
 TEST(HookBus, CallsFaultOnlyFromItsTriggerStep) {
