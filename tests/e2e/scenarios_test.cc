@@ -128,8 +128,15 @@ TEST_F(ScenarioTest, NothingALearnerReadsNamesTheFaultOrTheAnswer) {
     SCOPED_TRACE(k.scenario);
     auto info = StartRunning(c(), k.scenario, k.seed);
     ASSERT_TRUE(info.ok()) << info.status().message();
-    // Let the fault act (stragglers start at step 30-60).
-    auto st = WaitUntil(c(), info->session_id(), [](const v1::SessionStatus& s) { return s.run().steps_done() > 80; }, 60);
+    // Let the fault act (stragglers start at step 30-60; a hang stops the steps).
+    auto st = WaitUntil(
+        c(), info->session_id(),
+        [](const v1::SessionStatus& s) {
+          bool quiet = s.ranks_size() > 0;
+          for (const auto& r : s.ranks()) quiet = quiet && r.since_last_step_s() >= 5;
+          return s.run().steps_done() > 80 || quiet;
+        },
+        60);
     ASSERT_TRUE(st.ok()) << st.status().message();
     std::string text, out;
     for (const auto& args : std::vector<std::vector<std::string>>{{"status"},
