@@ -89,7 +89,10 @@ AutopilotFinding Reason(const v1::SessionStatus& st) {
     } else {
       who = "every rank";
     }
-    f.evidence = context + "waiting for data takes " + Pct(Median(data)) + " of the median rank's step (" + who +
+    std::vector<double> starved_share;
+    for (const auto* r : live)
+      if (std::find(starved.begin(), starved.end(), r->rank()) != starved.end()) starved_share.push_back(RankShares(*r).data);
+    f.evidence = context + "waiting for data takes " + Pct(Median(starved_share)) + " of the step (" + who +
                  "), while forward+backward are unchanged; the loader runs " + std::to_string(workers) +
                  " worker(s) with a read-ahead of " + std::to_string(job.data().prefetch_depth() > 0 ? job.data().prefetch_depth() : 2) +
                  " batch(es): it cannot keep up with how long batches now take to read. More workers and a deeper "

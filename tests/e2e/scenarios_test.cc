@@ -32,6 +32,7 @@ const std::vector<Case> kCases = {
     {"straggler-basic", 12, "straggler"},
     {"thermal-throttle", 13, "straggler"},
     {"storage-migration", 21, "data-loader-starvation"},
+    {"slow-local-disk", 22, "data-loader-starvation"},
     {"new-text-pipeline", 31, "padding-waste"},
     {"ddp-memory-tuning", 41, "small-buckets"},
     {"epoch-end-hang", 51, "collective-hang"},
