@@ -282,6 +282,8 @@ Status Trainer::Run(const std::atomic<bool>& stop,
     go.allow_shared_memory = m.opts.shared_memory_allreduce;
     if (!m.opts.recorder) m.opts.recorder = std::make_shared<comm::FlightRecorder>();
     go.recorder = m.opts.recorder;
+    go.socket_ifname = !m.opts.job.comm().socket_ifname().empty() ? m.opts.job.comm().socket_ifname()
+                                                                  : m.bus->SocketIfname();
 
     std::unique_ptr<comm::ProcessGroup> pg;
     if (m.rank == 0) {

@@ -40,6 +40,31 @@ void Set(v1::ApplyFixRequest* fix, const std::string& key, const std::string& va
 
 AutopilotFinding Reason(const v1::SessionStatus& st) {
   AutopilotFinding f;
+  // 0. Ranks that failed: their own error says why; peers that failed with
+  // timeouts only waited for them.
+  std::vector<int> bad_iface;
+  std::string first_error;
+  for (const auto& r : st.ranks()) {
+    if (r.state() != "failed") continue;
+    const std::string& m = r.message();
+    if (m.find("Unable to find address for") != std::string::npos ||
+        m.find("interface") != std::string::npos) {
+      bad_iface.push_back(r.rank());
+      if (first_error.empty()) first_error = m;
+    }
+  }
+  if (!bad_iface.empty()) {
+    f.found = true;
+    f.cause = "comm-misconfig";
+    f.ranks = bad_iface;
+    std::string who;
+    for (int r : bad_iface) who += (who.empty() ? "rank " : ", ") + std::to_string(r);
+    f.evidence = who + " could not create its network transport: \"" + first_error.substr(0, 300) +
+                 "\". The interface it was told to bind does not exist on that node; the other ranks only "
+                 "waited for it. Move the rank to a correctly configured node.";
+    for (int r : bad_iface) f.fix.add_replace_host_ranks(r);
+    return f;
+  }
   std::vector<const v1::RankStatus*> live;
   for (const auto& r : st.ranks())
     if (r.window_steps() > 0 && r.step_ms() > 0) live.push_back(&r);
@@ -201,9 +226,12 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     st = client.GetStatus(id);
     if (!st.ok()) break;
     if (st->session().state() != "running") break;
-    bool full = st->ranks_size() > 0;
-    for (const auto& r : st->ranks()) full = full && r.window_steps() >= 10;
-    if (!full) continue;
+    bool full = st->ranks_size() > 0, failed = false;
+    for (const auto& r : st->ranks()) {
+      full = full && r.window_steps() >= 10;
+      failed = failed || r.state() == "failed";
+    }
+    if (!full && !failed) continue;
     // A job that stopped moving first: its last window's phase times are
     // stale and say nothing about why.
     AutopilotFinding now;

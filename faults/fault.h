@@ -65,6 +65,9 @@ class Fault {
   // Storage latency per sample this fault adds to the data loader from the
   // step it triggers (the loader's worker threads sleep it per sample).
   virtual double ExtraSampleLatencyMs() const { return 0; }
+  // The network interface this node's environment tells Gloo to bind ("" =
+  // none); the job's comm.socket_ifname, when set, wins.
+  virtual std::string SocketIfname() const { return ""; }
 };
 
 }  // namespace firedrill::faults

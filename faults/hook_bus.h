@@ -27,6 +27,12 @@ class HookBus {
   void AfterCollective(const CollectiveInfo& c) { Each(c.at, [&](Fault& f) { f.AfterCollective(c); }); }
   void OnCheckpointWrite(const CheckpointInfo& c) { Each(c.at, [&](Fault& f) { f.OnCheckpointWrite(c); }); }
   void OnCheckpointRead(const CheckpointInfo& c) { Each(c.at, [&](Fault& f) { f.OnCheckpointRead(c); }); }
+  // The first fault's interface override, from the start of the run.
+  std::string SocketIfname() const {
+    for (const auto& e : entries_)
+      if (!e.fault->SocketIfname().empty()) return e.fault->SocketIfname();
+    return "";
+  }
   // Sum over the faults active at `s` (the trainer adds it to the job's own).
   double ExtraSampleLatencyMs(const StepInfo& s) {
     double ms = 0;

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "faults/collective_desync.h"
+#include "faults/comm_misconfig.h"
 #include "faults/dataloader_starvation.h"
 #include "faults/padding_waste.h"
 #include "faults/straggler.h"
@@ -43,6 +44,11 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
       {"collective_desync", Scope::kRank, ValidateCollectiveDesync,
        [](const v1::ResolvedFault&, Env&) -> std::unique_ptr<Fault> { return std::make_unique<CollectiveDesync>(); },
        ApplyCollectiveDesync},
+      {"comm_misconfig", Scope::kHost, ValidateCommMisconfig,
+       [](const v1::ResolvedFault& f, Env&) -> std::unique_ptr<Fault> {
+         return std::make_unique<CommMisconfig>(f.comm_misconfig().socket_ifname());
+       },
+       nullptr},
   };
   return kinds;
 }
@@ -76,7 +82,7 @@ const std::vector<std::string>& KnownCauses() {
       "straggler",          "slow-link",           "data-loader-starvation", "collective-hang",
       "rank-crash",         "fp16-overflow",       "lr-divergence",          "silent-divergence",
       "grad-accumulation-bug", "corrupt-checkpoint", "resume-without-state", "padding-waste",
-      "out-of-memory",      "collective-timeout",  "small-buckets",
+      "out-of-memory",      "collective-timeout",  "small-buckets",          "comm-misconfig",
   };
   return causes;
 }
@@ -95,6 +101,7 @@ std::string CauseClass(const std::string& cause) {
       {"padding-waste", "input pipeline"},
       {"slow-link", "communication"},
       {"small-buckets", "communication"},
+      {"comm-misconfig", "communication"},
       {"collective-hang", "communication"},
       {"collective-timeout", "communication"},
       {"fp16-overflow", "numerics"},

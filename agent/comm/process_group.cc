@@ -123,7 +123,9 @@ int ProcessGroup::store_port() const { return impl_->store ? impl_->store->getPo
 Status ProcessGroup::Connect() {
   try {
     auto o = c10d::ProcessGroupGloo::Options::create(opts_.timeout);
-    o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(opts_.device_host));
+    o->devices.push_back(opts_.socket_ifname.empty()
+                             ? c10d::ProcessGroupGloo::createDeviceForHostname(opts_.device_host)
+                             : c10d::ProcessGroupGloo::createDeviceForInterface(opts_.socket_ifname));
     // Gloo runs queued collectives one at a time on this thread, in the
     // order they were started: gradient buckets launched from autograd hooks
     // stay in the same order on every rank, and a second thread would only

@@ -31,6 +31,8 @@ struct GroupOptions {
   bool allow_shared_memory = true;
   // Every collective is recorded here when set (outlives the group).
   std::shared_ptr<FlightRecorder> recorder;
+  // Bind Gloo to this network interface instead of device_host's address.
+  std::string socket_ifname;
 };
 
 class ProcessGroup;

@@ -36,6 +36,7 @@ const std::vector<Case> kCases = {
     {"new-text-pipeline", 31, "padding-waste"},
     {"ddp-memory-tuning", 41, "small-buckets"},
     {"epoch-end-hang", 51, "collective-hang"},
+    {"new-node-image", 61, "comm-misconfig"},
 };
 
 class ScenarioTest : public ::testing::Test {

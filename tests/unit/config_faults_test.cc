@@ -104,6 +104,24 @@ TEST(ConfigFaults, AllRanksTargetReachesEveryRankOnEveryHost) {
   EXPECT_EQ((*bus)->ExtraSampleLatencyMs({0, 5}), 0.3);
 }
 
+TEST(ConfigFaults, CommMisconfigOverridesTheInterfaceOnItsHostOnly) {
+  v1::ResolvedFault f;
+  f.set_kind("comm_misconfig");
+  f.set_host("node-2");
+  f.mutable_comm_misconfig()->set_socket_ifname("ib0");
+  auto bus = HookBus::Create(FaultsFor({f}, 2, "node-2"));
+  ASSERT_TRUE(bus.ok());
+  EXPECT_EQ((*bus)->SocketIfname(), "ib0");
+  auto other = HookBus::Create(FaultsFor({f}, 1, "node-1"));
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ((*other)->SocketIfname(), "");
+  v1::FaultSpec spec;
+  spec.set_kind("comm_misconfig");
+  spec.mutable_comm_misconfig()->set_socket_ifname("");
+  EXPECT_FALSE(FindFaultKind("comm_misconfig")->validate(spec).ok());
+  EXPECT_EQ(CauseClass("comm-misconfig"), "communication");
+}
+
 TEST(CauseClass, GroupsTheTaxonomy) {
   for (const auto& c : KnownCauses()) EXPECT_FALSE(CauseClass(c).empty()) << c;
   EXPECT_EQ(CauseClass("data-loader-starvation"), CauseClass("padding-waste"));
