@@ -130,13 +130,17 @@ TEST_F(ScenarioTest, NothingALearnerReadsNamesTheFaultOrTheAnswer) {
     SCOPED_TRACE(k.scenario);
     auto info = StartRunning(c(), k.scenario, k.seed);
     ASSERT_TRUE(info.ok()) << info.status().message();
-    // Let the fault act (stragglers start at step 30-60; a hang stops the steps).
+    // Let the fault act (stragglers start at step 30-60; a hang stops the
+    // steps; a rank that cannot join fails).
     auto st = WaitUntil(
         c(), info->session_id(),
         [](const v1::SessionStatus& s) {
-          bool quiet = s.ranks_size() > 0;
-          for (const auto& r : s.ranks()) quiet = quiet && r.since_last_step_s() >= 5;
-          return s.run().steps_done() > 80 || quiet;
+          bool quiet = s.ranks_size() > 0, failed = false;
+          for (const auto& r : s.ranks()) {
+            quiet = quiet && r.since_last_step_s() >= 5;
+            failed = failed || r.state() == "failed";
+          }
+          return s.run().steps_done() > 80 || quiet || failed;
         },
         60);
     ASSERT_TRUE(st.ok()) << st.status().message();
