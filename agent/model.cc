@@ -4,20 +4,17 @@
 
 #include <cmath>
 
+#include "agent/error_text.h"
+
 namespace firedrill::agent {
 
 namespace {
 
-std::string ErrorMessage(const std::exception& e) {
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
-}
-
 // A simulated device budget overflow (agent/memory.h) keeps its CUDA-like
 // message and becomes RESOURCE_EXHAUSTED; anything else is internal.
 Status LossError(const char* model, const std::exception& e) {
-  if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) return ResourceExhausted(ErrorMessage(e));
-  return Internal(std::string(model) + " loss failed: " + ErrorMessage(e));
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) return ResourceExhausted(ErrorText(e));
+  return Internal(std::string(model) + " loss failed: " + ErrorText(e));
 }
 
 class MlpModel final : public TrainModel {

@@ -10,14 +10,11 @@
 #include <emmintrin.h>
 #endif
 
+#include "agent/error_text.h"
+
 namespace firedrill::agent {
 
 namespace {
-
-std::string What(const std::exception& e) {
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
-}
 
 double Or(double v, double dflt) { return v != 0 ? v : dflt; }
 
@@ -84,7 +81,7 @@ Status Optimizer::LoadState(const std::vector<std::pair<std::string, at::Tensor>
   try {
     return LoadStateUnchecked(state);
   } catch (const std::exception& e) {
-    return InvalidArgument(std::string(kind()) + " state: " + What(e));
+    return InvalidArgument(std::string(kind()) + " state: " + ErrorText(e));
   }
 }
 
@@ -368,7 +365,7 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const v1::OptimSpec& spec
     }
     return std::unique_ptr<Optimizer>(new Sgd(std::move(params), spec.momentum(), spec.weight_decay()));
   } catch (const std::exception& e) {
-    return Internal("building the " + spec.kind() + " optimiser failed: " + What(e));
+    return Internal("building the " + spec.kind() + " optimiser failed: " + ErrorText(e));
   }
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "agent/comm/process_group.h"
+#include "agent/error_text.h"
 
 namespace firedrill::agent {
 
@@ -19,11 +20,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-std::string What(const std::exception& e) {
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
-}
 
 }  // namespace
 
@@ -217,7 +213,7 @@ StatusOr<std::unique_ptr<Reducer>> Reducer::Create(const std::vector<at::Tensor>
       }
     }
   } catch (const std::exception& e) {
-    return Internal("rank " + std::to_string(opts.rank) + ": building gradient buckets failed: " + What(e));
+    return Internal("rank " + std::to_string(opts.rank) + ": building gradient buckets failed: " + ErrorText(e));
   }
   return std::unique_ptr<Reducer>(new Reducer(std::move(impl)));
 }
@@ -239,7 +235,7 @@ Status Reducer::Bind(comm::ProcessGroup* pg) {
     }
   } catch (const std::exception& e) {
     return Internal("rank " + std::to_string(m.opts.rank) +
-                    ": moving gradient buckets to shared memory: " + What(e));
+                    ": moving gradient buckets to shared memory: " + ErrorText(e));
   }
   return Status::Ok();
 }

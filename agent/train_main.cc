@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/memory.h"
 #include "agent/trainer.h"
 #include "common/log.h"
 #include "controller/scenario_loader.h"
@@ -26,13 +27,6 @@
 namespace {
 
 using namespace firedrill;
-
-std::string Size(int64_t bytes) {
-  char buf[32];
-  const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
-  std::snprintf(buf, sizeof(buf), "%.1f MiB", mib);
-  return buf;
-}
 
 void PrintStep(const v1::StepReport& r) {
   std::string line;
@@ -50,7 +44,7 @@ void PrintStep(const v1::StepReport& r) {
     line += buf;
   }
   std::snprintf(buf, sizeof(buf), " | grad %.3g | lr %.3g | mem peak %s", r.grad_norm(), r.lr(),
-                Size(r.mem_peak_bytes()).c_str());
+                agent::FormatSize(static_cast<uint64_t>(r.mem_peak_bytes())).c_str());
   line += buf;
   if (r.checkpoint_ms() > 0) {
     std::snprintf(buf, sizeof(buf), " | ckpt %.0f ms", r.checkpoint_ms());

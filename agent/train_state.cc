@@ -15,6 +15,7 @@
 #include "agent/model.h"
 #include "agent/optim.h"
 #include "faults/hook_bus.h"
+#include "agent/error_text.h"
 
 namespace firedrill::agent {
 
@@ -60,11 +61,6 @@ std::string BytesToHex(const std::vector<uint8_t>& bytes) {
 }
 
 Status WithPrefix(const std::string& prefix, const Status& st) { return Status(st.code(), prefix + st.message()); }
-
-std::string What(const std::exception& e) {
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
-}
 
 }  // namespace
 
@@ -148,7 +144,7 @@ StatusOr<RestoredState> RestoreTrainState(const ShardData& shard, TrainModel& mo
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     gen.set_state(rng->second);
   } catch (const std::exception& e) {
-    return Internal("restoring the checkpoint failed: " + What(e));
+    return Internal("restoring the checkpoint failed: " + ErrorText(e));
   }
   return out;
 }

@@ -27,6 +27,7 @@
 #include "agent/train_state.h"
 #include "common/rng.h"
 #include "faults/hook_bus.h"
+#include "agent/error_text.h"
 
 namespace firedrill::agent {
 
@@ -36,12 +37,6 @@ using Clock = std::chrono::steady_clock;
 
 double MsSince(Clock::time_point t0, Clock::time_point t1) {
   return std::chrono::duration<double, std::milli>(t1 - t0).count();
-}
-
-// An exception's message without c10's backtrace.
-std::string ExceptionMessage(const std::exception& e) {
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
 }
 
 Status WithPrefix(const std::string& prefix, const Status& st) {
@@ -173,9 +168,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
     for (const auto& p : impl->params) impl->num_params += p.numel();
     impl->param_bytes = TensorBytes(impl->params);
   } catch (const c10::OutOfMemoryError& e) {
-    return ResourceExhausted(who + "building the model: " + ExceptionMessage(e));
+    return ResourceExhausted(who + "building the model: " + ErrorText(e));
   } catch (const std::exception& e) {
-    return Internal(who + "building the model failed: " + ExceptionMessage(e));
+    return Internal(who + "building the model failed: " + ErrorText(e));
   }
   ReducerOptions ro;
   ro.first_bucket_bytes = BucketBytes(job.comm().first_bucket_mb(), kDefaultFirstBucketMb);
@@ -188,7 +183,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
     if (!reducer.ok()) return reducer.status();
     impl->reducer = std::move(reducer).value();
   } catch (const c10::OutOfMemoryError& e) {
-    return ResourceExhausted(who + "allocating gradient buckets: " + ExceptionMessage(e));
+    return ResourceExhausted(who + "allocating gradient buckets: " + ErrorText(e));
   }
   auto optim = Optimizer::Create(job.optim(), impl->params);
   if (!optim.ok()) return WithPrefix(who, optim.status());
@@ -258,7 +253,7 @@ Status Trainer::ExportParameters(const std::string& path) const {
       return Internal("rank " + std::to_string(impl_->rank) + ": writing parameters to " + path + " failed");
   } catch (const std::exception& e) {
     return Internal("rank " + std::to_string(impl_->rank) +
-                    ": exporting parameters failed: " + ExceptionMessage(e));
+                    ": exporting parameters failed: " + ErrorText(e));
   }
   return Status::Ok();
 }
@@ -306,7 +301,7 @@ Status Trainer::Run(const std::atomic<bool>& stop,
     if (!m.opts.job.comm().skip_param_broadcast()) FD_RETURN_IF_ERROR(m.BroadcastParameters(*pg, step));
     return m.Train(stop, on_step, *pg, step);
   } catch (const std::exception& e) {
-    return Internal(who + " step " + std::to_string(step) + ": " + ExceptionMessage(e));
+    return Internal(who + " step " + std::to_string(step) + ": " + ErrorText(e));
   } catch (...) {
     return Internal(who + " step " + std::to_string(step) + ": unknown exception");
   }
@@ -400,14 +395,15 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         if (opts.on_batch) opts.on_batch(step, micro, *batch);
         tokens += batch->tokens;
         padding += batch->padding_fraction;
-        // Useful work only: padding is computed but not counted, so padding
-        // waste shows as lower MFU.
-        model_flops += batch->tokens > 0
-                           ? static_cast<double>(batch->tokens) * model->TrainFlopsPerToken(batch->x.size(1))
-                           : static_cast<double>(batch->rows()) * model->TrainFlopsPerToken(0);
         auto t1 = Clock::now();
         data_ms += MsSince(t0, t1);
         span("data", t0, t1, micro);
+        // Useful work only: padding is computed but not counted, so padding
+        // waste shows as lower MFU.
+        if (telemetry)
+          model_flops += batch->tokens > 0
+                           ? static_cast<double>(batch->tokens) * model->TrainFlopsPerToken(batch->x.size(1))
+                           : static_cast<double>(batch->rows()) * model->TrainFlopsPerToken(0);
 
         // Each compute phase reports its measured time to the hooks inside
         // its own timing, so a straggler's extra sleep lands in
@@ -565,9 +561,9 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
     }
   } catch (const c10::OutOfMemoryError& e) {
     // The simulated device budget: the message reads like CUDA's.
-    return ResourceExhausted(who + " step " + std::to_string(step) + ": " + phase + ": " + ExceptionMessage(e));
+    return ResourceExhausted(who + " step " + std::to_string(step) + ": " + phase + ": " + ErrorText(e));
   } catch (const std::exception& e) {
-    return Internal(who + " step " + std::to_string(step) + ": " + phase + " failed: " + ExceptionMessage(e));
+    return Internal(who + " step " + std::to_string(step) + ": " + phase + " failed: " + ErrorText(e));
   }
   return Status::Ok();
 }

@@ -165,7 +165,7 @@ bool LooksHung(const v1::SessionStatus& st) {
   for (const auto& r : st.ranks()) {
     if (r.state() != "running") continue;
     ++running;
-    if (r.since_last_step_s() >= 5 && r.since_last_step_s() * 1000 >= 20 * r.step_ms()) ++silent;
+    if (Stalled(r)) ++silent;
   }
   return running > 0 && silent == running;
 }

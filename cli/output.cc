@@ -115,8 +115,7 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
   Table t(header);
   for (const auto& r : st.ranks()) {
     std::string state = r.state();
-    // A rank that stopped reporting: stuck in a collective, a loader, a hang.
-    if (r.since_last_step_s() >= 5 && r.since_last_step_s() * 1000 >= 20 * r.step_ms())
+    if (Stalled(r))
       state += " (no step for " + Num(r.since_last_step_s()) + " s)";
     std::vector<std::string> row = {std::to_string(r.rank()), r.host(), state};
     if (r.window_steps() == 0) {
@@ -241,6 +240,10 @@ void PrintFields(const google::protobuf::Message& m, const std::string& prefix, 
 }
 
 }  // namespace
+
+bool Stalled(const v1::RankStatus& r) {
+  return r.since_last_step_s() >= 5 && r.since_last_step_s() * 1000 >= 20 * r.step_ms();
+}
 
 void PrintConfig(const v1::SessionStatus& st, std::ostream& out) { PrintFields(st.job(), "", out); }
 

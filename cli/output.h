@@ -31,6 +31,9 @@ std::string Bytes(int64_t n);
 void PrintScenarios(const v1::ListScenariosResponse& r, std::ostream& out);
 void PrintSessions(const v1::ListSessionsResponse& r, std::ostream& out);
 void PrintStatus(const v1::SessionStatus& st, std::ostream& out);
+// A running rank that stopped reporting steps: none for 5 s and for at least
+// 20 of its own step times (stuck in a collective, a loader, a hang).
+bool Stalled(const v1::RankStatus& r);
 // The job's settings, one `key = value` line each, with the dotted keys
 // `fix --set` takes; unset (default) fields are left out.
 void PrintConfig(const v1::SessionStatus& st, std::ostream& out);
