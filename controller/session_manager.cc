@@ -296,14 +296,27 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   if (s.end_requested) return abort("ended while the fix was being applied");
 
   SetState(s, "verifying");
-  const Status vst = RunJob(s, lock, "verify", RunLength(sc), true);
+  Status vst = RunJob(s, lock, "verify", RunLength(sc), true);
   if (s.end_requested) return abort("ended during verification");
+  auto measure = [&] {
+    return MeasureWindow(StepsByRank(s), sc.verify().warmup_steps(), sc.verify().window_steps(),
+                         s.rec.job().world_size() * s.rec.job().data().batch_size());
+  };
   WindowStats ver;
-  if (vst.ok()) {
-    ver = MeasureWindow(StepsByRank(s), sc.verify().warmup_steps(), sc.verify().window_steps(),
-                        s.rec.job().world_size() * s.rec.job().data().batch_size());
-  }
+  if (vst.ok()) ver = measure();
   v1::Verification v = Verify(s.rec.baseline(), ver, sc.verify());
+  // Baseline and verification are two runs seconds apart on shared cores:
+  // when only throughput misses while the ranks are balanced, the machine
+  // may have been busy. Measure once more and let that run decide; a fix
+  // that did not work stays slow in both.
+  if (vst.ok() && !v.passed() && ver.rank_step_skew <= sc.verify().rank_step_skew_max()) {
+    AddEvent(s, "verification_remeasure", -1,
+             "throughput below the floor with balanced ranks (" + v.detail() + "); measuring once more");
+    vst = RunJob(s, lock, "verify", RunLength(sc), true);
+    if (s.end_requested) return abort("ended during verification");
+    if (vst.ok()) ver = measure();
+    v = Verify(s.rec.baseline(), ver, sc.verify());
+  }
   if (!vst.ok()) {
     v.set_passed(false);
     v.set_detail("the verification run did not complete: " + vst.message());
