@@ -65,6 +65,9 @@ int AgentClient::Run() {
       case v1::ControllerMessage::kDumpFlightRecorder:
         OnDumpFlightRecorder(msg.dump_flight_recorder());
         break;
+      case v1::ControllerMessage::kProbe:
+        OnRunProbe(msg.probe());
+        break;
       case v1::ControllerMessage::kStop: {
         std::lock_guard<std::mutex> lock(job_mu_);
         if (msg.stop().run_id() == run_id_) stop_ = true;
@@ -189,6 +192,27 @@ void AgentClient::OnDumpFlightRecorder(const v1::DumpFlightRecorder& req) {
   Write(m);
 }
 
+void AgentClient::OnRunProbe(const v1::RunProbe& req) {
+  std::shared_ptr<ProbeMailbox> box;
+  int rank = -1;
+  {
+    std::lock_guard<std::mutex> lock(job_mu_);
+    if (job_running_ && req.run_id() == run_id_) box = probes_;
+    rank = recorder_rank_;
+  }
+  if (box) {
+    box->Post(req);
+    return;
+  }
+  v1::AgentMessage m;
+  auto* r = m.mutable_probe_report();
+  r->set_request_id(req.request_id());
+  r->set_run_id(req.run_id());
+  r->set_rank(rank);
+  r->set_error("agent " + opts_.agent_id + " is not running run " + req.run_id());
+  Write(m);
+}
+
 void AgentClient::JobMain(v1::RunJob job) {
   const std::string run_id = job.run_id();
   const int rank = job.rank();
@@ -213,10 +237,16 @@ void AgentClient::JobMain(v1::RunJob job) {
     Write(m);
   };
   o.recorder = std::make_shared<comm::FlightRecorder>();
+  auto o_probes = o.probes = std::make_shared<ProbeMailbox>([this](const v1::ProbeReport& r) {
+    v1::AgentMessage m;
+    *m.mutable_probe_report() = r;
+    Write(m);
+  });
   {
     std::lock_guard<std::mutex> lock(job_mu_);
     recorder_ = o.recorder;
     recorder_rank_ = rank;
+    probes_ = o.probes;
   }
   const double rendezvous_timeout = job.job().comm().timeout_s() + 30.0;
   o.await_store = [this, run_id, rendezvous_timeout] { return AwaitStore(run_id, rendezvous_timeout); };
@@ -234,6 +264,18 @@ void AgentClient::JobMain(v1::RunJob job) {
     steps = (*trainer)->steps_done();
   }
   FlushSteps();  // every step report goes out before the end event
+  // A probe that came too late for the last step boundary gets an answer.
+  if (auto late = o_probes->Take(std::chrono::milliseconds(0))) {
+    v1::AgentMessage m;
+    auto* r = m.mutable_probe_report();
+    r->set_request_id(late->request_id());
+    r->set_run_id(run_id);
+    r->set_rank(rank);
+    r->set_step(steps);
+    r->set_error("rank " + std::to_string(rank) + ": the run ended after step " + std::to_string(steps) +
+                 " before the probe could run");
+    Write(m);
+  }
   if (result.ok() || result.code() == StatusCode::kCancelled) {
     spdlog::info("run {} rank {}: finished after {} steps", run_id, rank, steps);
     SendEvent(run_id, rank, v1::JobEvent::FINISHED, result.ok() ? "" : result.message(), steps);

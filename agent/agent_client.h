@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/probe.h"
 #include "agent/trainer.h"
 #include "firedrill/v1/agent.grpc.pb.h"
 
@@ -43,6 +44,7 @@ class AgentClient {
   bool Write(const v1::AgentMessage& msg);
   void FlushSteps();
   void OnDumpFlightRecorder(const v1::DumpFlightRecorder& req);
+  void OnRunProbe(const v1::RunProbe& req);
   void SenderLoop();
   void SendEvent(const std::string& run_id, int rank, v1::JobEvent::Kind kind, const std::string& message,
                  int64_t step);
@@ -65,6 +67,7 @@ class AgentClient {
   // The running (or last) job's flight recorder and rank, for dumps.
   std::shared_ptr<comm::FlightRecorder> recorder_;
   int recorder_rank_ = -1;
+  std::shared_ptr<ProbeMailbox> probes_;  // the running job's
   std::thread job_thread_;
   std::vector<v1::StepReport> pending_;  // guarded by job_mu_
 };

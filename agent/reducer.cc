@@ -66,6 +66,7 @@ struct Reducer::Impl {
   int64_t step = 0;
   bool sync = false;
   bool stop = false;
+  bool probe = false;
   std::vector<char> marked;  // per parameter: gradient ready
   std::vector<int> pending;  // per bucket: gradients still to come
   std::vector<char> ready;   // per bucket
@@ -142,9 +143,12 @@ void Reducer::Impl::LaunchReady() {
 
 void Reducer::Impl::Launch(size_t b) {
   if (!error.ok()) return;  // a failed collective: later ones would only pile up
-  // The stop vote is scaled with the gradients; any rank's vote keeps the
-  // sum above zero.
-  if (b + 1 == buffers.size()) buffers[b].data_ptr<float>()[buffers[b].numel() - 1] = stop ? 1.0f : 0.0f;
+  // The votes ride in one float, scaled with the gradients: stop counts 1
+  // and probe counts world + 1, so the sum (times world) says how many
+  // ranks voted for each.
+  if (b + 1 == buffers.size())
+    buffers[b].data_ptr<float>()[buffers[b].numel() - 1] =
+        static_cast<float>((stop ? 1 : 0) + (probe ? opts.world_size + 1 : 0));
   // Average as DDP does, before the sum: each rank contributes g / world.
   auto p = pg->StartAllReduceSum(buffers[b], step, 1.0 / opts.world_size);
   if (!p.ok()) {
@@ -240,12 +244,13 @@ Status Reducer::Bind(comm::ProcessGroup* pg) {
   return Status::Ok();
 }
 
-void Reducer::Prepare(comm::ProcessGroup* pg, int64_t step, bool sync, bool stop) {
+void Reducer::Prepare(comm::ProcessGroup* pg, int64_t step, bool sync, bool stop, bool probe) {
   Impl& m = *impl_;
   m.pg = pg;
   m.step = step;
   m.sync = sync && !m.opts.flat;  // flat: nothing starts before Finish()
   m.stop = stop;
+  m.probe = probe;
   if (!sync) return;
   std::fill(m.marked.begin(), m.marked.end(), 0);
   for (size_t b = 0; b < m.assignment.size(); ++b) m.pending[b] = static_cast<int>(m.assignment[b].size());
@@ -287,7 +292,9 @@ StatusOr<ReduceStats> Reducer::Finish() {
   }
   if (!first_error.ok()) return first_error;
   const auto& flag = m.buffers.back();
-  stats.stop = flag.data_ptr<float>()[flag.numel() - 1] > 0.0f;
+  const int64_t votes = std::llround(static_cast<double>(flag.data_ptr<float>()[flag.numel() - 1]) * m.opts.world_size);
+  stats.stop = votes % (m.opts.world_size + 1) > 0;
+  stats.probe = votes / (m.opts.world_size + 1) > 0;
   stats.exposed_ms = Ms(Clock::now() - t0);
   return stats;
 }

@@ -58,6 +58,7 @@ struct BucketTiming {
 
 struct ReduceStats {
   bool stop = false;      // some rank asked to stop (flag rides in the last bucket)
+  bool probe = false;     // some rank has a communication probe waiting (same flag)
   double exposed_ms = 0;  // waiting for buckets after backward returned
   double total_ms = 0;    // sum over buckets of start -> completion
   int buckets = 0;
@@ -84,8 +85,9 @@ class Reducer {
 
   // Before each micro-batch's backward. `sync` false is DDP's no_sync():
   // gradients only accumulate locally and no hook starts a collective.
-  // `stop` is this rank's vote to stop, sent with the last bucket.
-  void Prepare(comm::ProcessGroup* pg, int64_t step, bool sync, bool stop);
+  // `stop` is this rank's vote to stop and `probe` its vote to run a probe
+  // after this step, both sent with the last bucket.
+  void Prepare(comm::ProcessGroup* pg, int64_t step, bool sync, bool stop, bool probe = false);
 
   // After a synchronising backward: starts the buckets no hook started
   // (all of them when flat, or those holding unused parameters), waits for

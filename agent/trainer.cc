@@ -23,6 +23,7 @@
 #include "agent/optim.h"
 #include "agent/peak_flops.h"
 #include "agent/precision.h"
+#include "agent/probe.h"
 #include "agent/reducer.h"
 #include "agent/train_state.h"
 #include "common/rng.h"
@@ -120,6 +121,11 @@ struct Trainer::Impl {
   // group and writes the manifest last. `steps` is the count of optimiser
   // steps the checkpoint holds. Collective.
   Status SaveCheckpoint(comm::ProcessGroup& pg, const DataLoader& loader, int64_t steps);
+  // After `steps` steps, when some rank voted for a probe: runs it on a
+  // fresh group of its own and reports; a failure is reported, not returned.
+  void RunProbes(comm::ProcessGroup& pg, int64_t steps);
+  int64_t probe_rounds = 0;
+  std::string who() const { return "rank " + std::to_string(rank); }
 };
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -431,7 +437,8 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         // Only the last micro-batch synchronises (DDP's no_sync() on the
         // others): its hooks start the bucket all-reduces during backward.
         const bool sync = micro == accum - 1;
-        reducer->Prepare(&pg, step, sync, sync && stop.load(std::memory_order_relaxed));
+        reducer->Prepare(&pg, step, sync, sync && stop.load(std::memory_order_relaxed),
+                         sync && opts.probes && opts.probes->pending());
         loss.backward();
         bus->AfterCompute({at, faults::ComputePhase::kBackward, Clock::now() - t0});
         t1 = Clock::now();
@@ -554,6 +561,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         report.set_collective_seq(pg.seq());
         on_step(report);
       }
+      if (rs.probe) RunProbes(pg, step + 1);
       if (rs.stop) {
         ++step;
         break;
@@ -566,6 +574,48 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
     return Internal(who + " step " + std::to_string(step) + ": " + phase + " failed: " + ErrorText(e));
   }
   return Status::Ok();
+}
+
+void Trainer::Impl::RunProbes(comm::ProcessGroup& pg, int64_t steps) {
+  // Every rank is here after the same step. A rank whose copy of the
+  // request has not arrived yet waits for it; one that never comes fails the
+  // probe on every rank (they disagree on the request below, or the group
+  // rendezvous times out), never the training.
+  v1::ProbeReport report;
+  report.set_rank(rank);
+  report.set_step(steps);
+  std::optional<v1::RunProbe> req;
+  if (opts.probes) req = opts.probes->Take(std::chrono::seconds(10));
+  if (req) {
+    report.set_request_id(req->request_id());
+    report.set_run_id(req->run_id());
+  }
+  const auto t0 = Clock::now();
+  Status st = [&]() -> Status {
+    // A group per probe: a failed probe leaves nothing behind for the next.
+    auto group = pg.NewGroup("probe/" + std::to_string(++probe_rounds), std::chrono::seconds(20));
+    if (!group.ok()) return group.status();
+    at::Tensor ids = at::full({1}, req ? static_cast<double>(req->request_id()) : -1.0, at::kDouble);
+    at::Tensor all = at::empty({world}, at::kDouble);
+    FD_RETURN_IF_ERROR((*group)->AllGather(ids, all, steps));
+    for (int r = 0; r < world; ++r) {
+      const double id = all.data_ptr<double>()[r];
+      if (id != ids.item<double>())
+        return Aborted("ranks disagree on the probe to run (rank " + std::to_string(r) + " has request " +
+                       std::to_string(static_cast<int64_t>(id)) + ", this rank " +
+                       std::to_string(static_cast<int64_t>(ids.item<double>())) + ")");
+    }
+    if (!req) return DeadlineExceeded("no probe request arrived");
+    return RunProbe(**group, req->spec(), steps, &report);
+  }();
+  if (!st.ok()) {
+    report.clear_rows();
+    report.clear_pairs();
+    report.set_error(who() + " after step " + std::to_string(steps) + ": " + st.message());
+  }
+  spdlog::info("rank {}: probe {} after step {} took {:.0f} ms{}", rank, req ? req->spec().op() : "?", steps,
+               MsSince(t0, Clock::now()), st.ok() ? "" : ": " + st.message());
+  if (opts.probes && req) opts.probes->Report(report);
 }
 
 Status Trainer::Impl::SaveCheckpoint(comm::ProcessGroup& pg, const DataLoader& loader, int64_t steps) {

@@ -23,6 +23,7 @@ struct StoreAddress {
 };
 
 struct Batch;  // agent/data.h
+class ProbeMailbox;  // agent/probe.h
 
 struct TrainerOptions {
   v1::JobSpec job;
@@ -57,6 +58,8 @@ struct TrainerOptions {
   // Where this rank records its collectives (one is made when null); the
   // agent keeps it to answer flight-recorder dumps while a collective hangs.
   std::shared_ptr<comm::FlightRecorder> recorder;
+  // Communication probes requested for this run (agent/probe.h); null: none.
+  std::shared_ptr<ProbeMailbox> probes;
 };
 
 class Trainer {

@@ -8,6 +8,7 @@
 #include "cli/demo.h"
 #include "cli/flight_recorder.h"
 #include "cli/output.h"
+#include "cli/probe.h"
 #include "common/stats.h"
 
 namespace firedrill::cli {
@@ -157,6 +158,52 @@ AutopilotFinding Reason(const v1::SessionStatus& st) {
     return f;
   }
 
+  // 5. Every rank waits in communication, buckets are sane, compute is
+  // balanced (no straggler above) and the job is well off its baseline: the
+  // interconnect. Which link, only a probe that isolates pairs can say.
+  const double min_comm = *std::min_element(comm.begin(), comm.end());
+  if (min_comm >= 0.25 && base_step > 0 && med_step >= 1.4 * base_step) {
+    f.found = true;
+    f.cause = "slow-link";
+    f.needs_probes = true;
+    f.evidence = context + "exposed all-reduce wait is at least " + Pct(min_comm) + " of the step on every rank "
+                 "alike, buckets are " + Num(bucket_mb, 1) + " MB, and no rank computes slower or waits on data: "
+                 "the collectives themselves got slower.";
+  }
+  return f;
+}
+
+AutopilotFinding ReasonProbes(const AutopilotFinding& before, const v1::RunProbeResponse& allreduce,
+                              const v1::RunProbeResponse& p2p) {
+  AutopilotFinding f = before;
+  f.needs_probes = false;
+  const P2pAnalysis a = AnalyzeP2p(p2p);
+  double big_busbw = 0;  // the largest size's: bandwidth-bound
+  if (allreduce.rows_size() > 0) big_busbw = allreduce.rows(allreduce.rows_size() - 1).busbw_gbps();
+  f.evidence += " probe allreduce: " + Num(big_busbw, 3) + " GB/s bus bandwidth at " +
+                std::to_string(allreduce.rows_size() > 0 ? allreduce.rows(allreduce.rows_size() - 1).bytes() : 0) +
+                " B (average " + Num(allreduce.avg_busbw_gbps(), 3) + "). probe p2p: median pair " +
+                Num(a.median_gbps, 3) + " GB/s, upper quartile " + Num(a.upper_quartile_gbps, 3) + " GB/s";
+  if (a.slow_ranks.size() == 1) {
+    const int r = a.slow_ranks[0];
+    double worst = 0, best = 0;
+    bool first = true;
+    for (const auto& p : p2p.pairs()) {
+      if (p.src() != r && p.dst() != r) continue;
+      worst = first ? p.bw_gbps() : std::min(worst, p.bw_gbps());
+      best = first ? p.bw_gbps() : std::max(best, p.bw_gbps());
+      first = false;
+    }
+    f.ranks = {r};
+    f.evidence += "; every pair with rank " + std::to_string(r) + " (" +
+                  (r < p2p.hosts_size() ? p2p.hosts(r) : std::string("?")) + ") runs at " + Num(worst, 3) + "-" +
+                  Num(best, 3) + " GB/s, in both directions, while the pairs without it are fast: that host's "
+                  "link is degraded, and the ring runs at its speed. Move the rank off the host.";
+    f.fix.add_replace_host_ranks(r);
+  } else {
+    f.found = false;
+    f.evidence += "; no single rank's pairs stand out, so it is not one host's link.";
+  }
   return f;
 }
 
@@ -258,6 +305,32 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     return 1;
   }
   PrintStatus(*st, out);
+  if (finding.needs_probes) {
+    // What a learner would run next: the ring's bandwidth, then each pair.
+    v1::RunProbeRequest pr;
+    pr.set_session_id(id);
+    pr.mutable_spec()->set_op("allreduce");
+    pr.mutable_spec()->set_min_bytes(1 << 10);
+    auto ar = client.RunProbe(pr);
+    pr.mutable_spec()->set_op("p2p");
+    pr.mutable_spec()->set_min_bytes(0);
+    pr.mutable_spec()->set_max_bytes(1 << 20);
+    auto p2p = ar.ok() ? client.RunProbe(pr) : ar;
+    if (!p2p.ok()) {
+      *ctx.err << "error: probe: " << p2p.status().message() << "\n";
+      (void)client.EndSession(id, std::chrono::seconds(60));
+      return 1;
+    }
+    out << "\n";
+    PrintProbe(*ar, out);
+    PrintProbe(*p2p, out);
+    finding = ReasonProbes(finding, *ar, *p2p);
+    if (!finding.found) {
+      out << "\nevidence: " << finding.evidence << "\nautopilot: the probes do not point at a host; ending the session\n";
+      (void)client.EndSession(id, std::chrono::seconds(60));
+      return 1;
+    }
+  }
   out << "\nevidence: " << finding.evidence << "\n";
   std::string ranks;
   for (int r : finding.ranks) ranks += " " + std::to_string(r);

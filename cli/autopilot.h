@@ -20,6 +20,9 @@ struct AutopilotFinding {
   std::vector<int> ranks;  // culprit ranks; empty when the whole job is affected
   v1::ApplyFixRequest fix; // session_id left empty
   std::string evidence;    // the reasoning, in words
+  // The telemetry points at the interconnect but cannot say where: run the
+  // probes and let ReasonProbes() decide.
+  bool needs_probes = false;
 };
 
 // One look at the job: what, if anything, the telemetry and config point at.
@@ -29,6 +32,11 @@ AutopilotFinding Reason(const v1::SessionStatus& st);
 bool LooksHung(const v1::SessionStatus& st);
 // A hung job: what the flight recorders say.
 AutopilotFinding ReasonHang(const v1::SessionStatus& st, const v1::FlightRecorderResponse& fr);
+
+// A communication-bound job (needs_probes): what the all-reduce sweep and
+// the pairwise matrix say.
+AutopilotFinding ReasonProbes(const AutopilotFinding& before, const v1::RunProbeResponse& allreduce,
+                              const v1::RunProbeResponse& p2p);
 
 int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed);
 

@@ -70,6 +70,10 @@ StatusOr<v1::FlightRecorderResponse> DrillClient::GetFlightRecorder(const std::s
   return Call(&v1::Drill::Stub::GetFlightRecorder, req, deadline_);
 }
 
+StatusOr<v1::RunProbeResponse> DrillClient::RunProbe(const v1::RunProbeRequest& req) {
+  return Call(&v1::Drill::Stub::RunProbe, req, std::chrono::milliseconds(std::chrono::seconds(120)));
+}
+
 StatusOr<v1::SubmitDiagnosisResponse> DrillClient::SubmitDiagnosis(const v1::SubmitDiagnosisRequest& req) {
   return Call(&v1::Drill::Stub::SubmitDiagnosis, req, deadline_);
 }

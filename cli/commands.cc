@@ -12,6 +12,7 @@
 #include "cli/local_controller.h"
 #include "cli/output.h"
 #include "cli/flight_recorder.h"
+#include "cli/probe.h"
 #include "cli/trace.h"
 #include "cli/scenario_tools.h"
 #include "common/paths.h"
@@ -320,6 +321,17 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   int fr_last = 8;
   auto* fr = app.add_subcommand("fr", "every rank's flight recorder (recent collectives) and where they disagree");
   fr->add_option("--last", fr_last, "entries per rank to show")->capture_default_str();
+  std::string probe_op, probe_min, probe_max;
+  int probe_factor = 0, probe_iters = 0, probe_warmup = -1;
+  auto* probe = app.add_subcommand("probe", "measure the job's collectives between its steps, like nccl-tests");
+  probe->add_option("OP", probe_op, "allreduce | allgather | reducescatter | p2p")
+      ->required()
+      ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "p2p"}));
+  probe->add_option("-b,--min", probe_min, "smallest size (default 8; p2p: --max)");
+  probe->add_option("-e,--max", probe_max, "largest size (default 16M; p2p: the message size, default 4M)");
+  probe->add_option("-f,--factor", probe_factor, "size multiplier between rows (default 2)");
+  probe->add_option("-n,--iters", probe_iters, "timed iterations per size (default 20)");
+  probe->add_option("-w,--warmup", probe_warmup, "warm-up iterations per size (default 5)");
   std::string trace_out, trace_steps;
   auto* trace = app.add_subcommand("trace", "the ranks' step timelines as one Chrome trace (Perfetto, chrome://tracing)");
   trace->add_option("-o,--output", trace_out, "file to write")->required();
@@ -417,6 +429,24 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     return 0;
   }
   if (logs->parsed()) return CmdLogs(ctx, client, *id, log_rank, log_tail, log_follow);
+  if (probe->parsed()) {
+    v1::RunProbeRequest req;
+    req.set_session_id(*id);
+    auto* s = req.mutable_spec();
+    s->set_op(probe_op);
+    for (auto [text, field] : {std::pair{&probe_min, 0}, std::pair{&probe_max, 1}}) {
+      if (text->empty()) continue;
+      auto size = ParseSize(*text);
+      if (!size.ok()) return Fail(ctx, size.status());
+      field == 0 ? s->set_min_bytes(*size) : s->set_max_bytes(*size);
+    }
+    s->set_factor(probe_factor);
+    s->set_iters(probe_iters);
+    // 0 warm-up iterations is a valid request; the proto's 0 means "default".
+    if (probe_warmup == 0) return Fail(ctx, InvalidArgument("--warmup must be at least 1"));
+    s->set_warmup_iters(probe_warmup < 0 ? 0 : probe_warmup);
+    return PrintOr(ctx, client.RunProbe(req), &PrintProbe);
+  }
   if (trace->parsed()) return CmdTrace(ctx, client, *id, trace_out, trace_steps);
   if (config->parsed()) {
     auto st = client.GetStatus(*id);

@@ -39,6 +39,9 @@ grpc::Status AgentPool::Connect(grpc::ServerContext* ctx,
       case v1::AgentMessage::kFlightRecord:
         listener_->OnFlightRecord(id, msg.flight_record());
         break;
+      case v1::AgentMessage::kProbeReport:
+        listener_->OnProbeReport(id, msg.probe_report());
+        break;
       default:
         break;  // heartbeats only keep the stream alive
     }

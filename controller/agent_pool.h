@@ -33,6 +33,7 @@ class AgentListener {
   virtual void OnJobEvent(const std::string& agent_id, const v1::JobEvent& event) = 0;
   virtual void OnAgentGone(const std::string& agent_id, const std::string& reason) = 0;
   virtual void OnFlightRecord(const std::string& agent_id, const v1::FlightRecord& record) {}
+  virtual void OnProbeReport(const std::string& agent_id, const v1::ProbeReport& report) {}
 };
 
 class AgentPool final : public v1::AgentLink::Service {

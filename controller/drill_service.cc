@@ -50,6 +50,10 @@ grpc::Status DrillService::GetFlightRecorder(grpc::ServerContext*, const v1::Get
   return Reply(sessions_->GetFlightRecorder(*req), out);
 }
 
+grpc::Status DrillService::RunProbe(grpc::ServerContext*, const v1::RunProbeRequest* req, v1::RunProbeResponse* out) {
+  return Reply(sessions_->RunProbe(*req), out);
+}
+
 grpc::Status DrillService::SubmitDiagnosis(grpc::ServerContext*, const v1::SubmitDiagnosisRequest* req,
                                            v1::SubmitDiagnosisResponse* out) {
   return Reply(sessions_->Diagnose(*req), out);

@@ -23,6 +23,7 @@ class DrillService final : public v1::Drill::Service {
   grpc::Status GetLogs(grpc::ServerContext*, const v1::GetLogsRequest*, v1::LogsResponse*) override;
   grpc::Status GetFlightRecorder(grpc::ServerContext*, const v1::GetFlightRecorderRequest*,
                                  v1::FlightRecorderResponse*) override;
+  grpc::Status RunProbe(grpc::ServerContext*, const v1::RunProbeRequest*, v1::RunProbeResponse*) override;
   grpc::Status SubmitDiagnosis(grpc::ServerContext*, const v1::SubmitDiagnosisRequest*,
                                v1::SubmitDiagnosisResponse*) override;
   grpc::Status ApplyFix(grpc::ServerContext*, const v1::ApplyFixRequest*, v1::ApplyFixResponse*) override;

@@ -70,6 +70,10 @@ class SessionManager : public AgentListener {
   void OnAgentGone(const std::string& agent_id, const std::string& reason) override;
   void OnFlightRecord(const std::string& agent_id, const v1::FlightRecord& record) override;
   StatusOr<v1::FlightRecorderResponse> GetFlightRecorder(const v1::GetFlightRecorderRequest& req);
+  void OnProbeReport(const std::string& agent_id, const v1::ProbeReport& report) override;
+  // Runs a communication probe on the session's job between two of its
+  // steps (session_probe.cc).
+  StatusOr<v1::RunProbeResponse> RunProbe(const v1::RunProbeRequest& req);
   // From the local launcher: an agent process ended.
   void OnAgentExit(const std::string& agent_id, int pid, const std::string& how);
 
@@ -108,6 +112,9 @@ class SessionManager : public AgentListener {
     std::deque<v1::SessionEvent> events;
     int64_t fr_request = 0;                  // the flight-recorder dump being collected
     std::map<int, v1::FlightRecord> fr_replies;  // by rank
+    std::mutex probe_mu;                     // one probe at a time
+    int64_t probe_request = 0;               // the probe being collected
+    std::map<int, v1::ProbeReport> probe_replies;  // by rank
     std::thread driver;
   };
   using Lock = std::unique_lock<std::mutex>;

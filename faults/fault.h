@@ -41,9 +41,14 @@ struct ComputeInfo {
 
 struct CollectiveInfo {
   StepInfo at;
-  const char* op = "";  // "allreduce", "broadcast"
+  const char* op = "";  // "allreduce", "broadcast", "allgather", "reducescatter", "send", "recv"
   int64_t seq = 0;      // per-rank collective sequence number
-  int64_t bytes = 0;
+  int64_t bytes = 0;    // the tensor's size
+  // What this rank moves over its link for the collective, as a ring
+  // algorithm would: 2(n-1)/n x bytes for an all-reduce, (n-1)/n x the whole
+  // buffer for all-gather and reduce-scatter, bytes for broadcast and
+  // point-to-point.
+  int64_t link_bytes = 0;
 };
 
 struct CheckpointInfo {
@@ -68,6 +73,11 @@ class Fault {
   // The network interface this node's environment tells Gloo to bind ("" =
   // none); the job's comm.socket_ifname, when set, wins.
   virtual std::string SocketIfname() const { return ""; }
+  // Time this rank's degraded link adds to a collective it takes part in;
+  // the collective layer waits it before handing the rank's part to the
+  // transport, off the training thread, so every rank sees the collective
+  // finish late.
+  virtual Nanos LinkDelay(const CollectiveInfo&) const { return Nanos(0); }
 };
 
 }  // namespace firedrill::faults

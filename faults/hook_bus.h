@@ -33,6 +33,12 @@ class HookBus {
       if (!e.fault->SocketIfname().empty()) return e.fault->SocketIfname();
     return "";
   }
+  // Sum over the faults active at the collective's step.
+  Nanos LinkDelay(const CollectiveInfo& c) {
+    Nanos d{0};
+    Each(c.at, [&](Fault& f) { d += f.LinkDelay(c); });
+    return d;
+  }
   // Sum over the faults active at `s` (the trainer adds it to the job's own).
   double ExtraSampleLatencyMs(const StepInfo& s) {
     double ms = 0;

@@ -6,6 +6,7 @@
 #include "faults/comm_misconfig.h"
 #include "faults/dataloader_starvation.h"
 #include "faults/padding_waste.h"
+#include "faults/slow_link.h"
 #include "faults/straggler.h"
 #include "faults/tiny_buckets.h"
 
@@ -47,6 +48,11 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
       {"comm_misconfig", Scope::kHost, ValidateCommMisconfig,
        [](const v1::ResolvedFault& f, Env&) -> std::unique_ptr<Fault> {
          return std::make_unique<CommMisconfig>(f.comm_misconfig().socket_ifname());
+       },
+       nullptr},
+      {"slow_link", Scope::kHost, ValidateSlowLink,
+       [](const v1::ResolvedFault& f, Env&) -> std::unique_ptr<Fault> {
+         return std::make_unique<SlowLink>(f.slow_link().latency_us(), f.slow_link().bandwidth_gbps());
        },
        nullptr},
   };

@@ -6,8 +6,14 @@
 #include <ATen/ATen.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <vector>
@@ -57,11 +63,80 @@ std::string FormatBytes(int64_t bytes) {
   return buf;
 }
 
+namespace {
+
+// Launches that wait out a degraded link first (see faults::Fault::LinkDelay)
+// run here, one at a time in the order they were posted. While anything is
+// queued, later launches queue behind it, so every rank still hands its
+// collectives to the transport in the same order.
+class LinkQueue {
+ public:
+  ~LinkQueue() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  // Posts `fn` if `defer` or something is still queued; false: run it now.
+  bool PostIf(bool defer, std::function<void()> fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!defer && pending_ == 0) return false;
+    if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+    queue_.push_back(std::move(fn));
+    ++pending_;
+    cv_.notify_all();
+    return true;
+  }
+  void Drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return quit_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // quit, nothing left
+      auto fn = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      fn();
+      lock.lock();
+      if (--pending_ == 0) idle_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_, idle_;
+  std::deque<std::function<void()>> queue_;
+  int pending_ = 0;
+  bool quit_ = false;
+  std::thread thread_;
+};
+
+// What a rank moves over its link for one collective, as a ring would.
+int64_t RingLinkBytes(const char* op, int64_t bytes, int world) {
+  if (world <= 1) return 0;
+  const std::string o = op;
+  if (o == "allreduce") return 2 * bytes * (world - 1) / world;
+  if (o == "allgather" || o == "reducescatter") return bytes * (world - 1) / world;
+  if (o == "barrier") return 0;
+  return bytes;  // broadcast, send, recv
+}
+
+}  // namespace
+
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::Store> group_store;  // store, or a prefix of it
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   std::shared_ptr<ShmAllReduce> shm;
   int shm_setups = 0;
+  // Declared last: destroyed first, so queued launches finish while the
+  // group they launch on still exists.
+  std::unique_ptr<LinkQueue> link = std::make_unique<LinkQueue>();
 };
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl, const GroupOptions& opts)
@@ -71,6 +146,7 @@ ProcessGroup::~ProcessGroup() {
   // Gloo's destructor drains its queue and joins threads; it must not throw
   // out of a destructor even when peers are gone.
   try {
+    impl_->link.reset();  // launches still queued go out first
     impl_->shm.reset();  // peers see this rank leave instead of timing out
     impl_->pg.reset();
     impl_->store.reset();
@@ -131,7 +207,9 @@ Status ProcessGroup::Connect() {
     // stay in the same order on every rank, and a second thread would only
     // compete for the few cores the ranks share.
     o->threads = 1;
-    impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, opts_.rank, opts_.world_size, o);
+    c10::intrusive_ptr<c10d::Store> store = impl_->group_store;
+    if (!store) store = impl_->store;
+    impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, opts_.rank, opts_.world_size, o);
   } catch (...) {
     char timeout[32];
     std::snprintf(timeout, sizeof timeout, "%.1f s", opts_.timeout.count() / 1e3);
@@ -144,9 +222,16 @@ Status ProcessGroup::Connect() {
 
 struct PendingCollective::State {
   faults::CollectiveInfo info;
+  at::Tensor tensor;
   c10::intrusive_ptr<c10d::Work> work;  // Gloo
   std::shared_ptr<ShmAllReduce> shm;    // or the shared-memory path
   int64_t ticket = 0;
+  // A launch deferred behind a degraded link: set once it was handed to the
+  // transport (or failed to be).
+  std::mutex mu;
+  std::condition_variable cv;
+  bool handed = true;
+  Status launch_error;
   std::chrono::steady_clock::time_point launched;
   // Stamped by the backend's thread through the work's future, so that the
   // time a collective really took is known even when nobody was waiting.
@@ -195,8 +280,18 @@ Status ProcessGroup::Broadcast(at::Tensor& t, int root, int64_t step) {
   return Wait(*p);
 }
 
+faults::CollectiveInfo ProcessGroup::BeginSync(const char* op, int64_t bytes, int64_t link_bytes, int64_t step) {
+  const faults::CollectiveInfo info{{opts_.rank, step}, op, ++seq_, bytes, link_bytes};
+  impl_->link->Drain();
+  if (opts_.hooks) {
+    const auto delay = opts_.hooks->LinkDelay(info);
+    if (delay.count() > 0) std::this_thread::sleep_for(delay);
+  }
+  return info;
+}
+
 Status ProcessGroup::Barrier(int64_t step) {
-  const faults::CollectiveInfo info{{opts_.rank, step}, "barrier", ++seq_, 0};
+  const faults::CollectiveInfo info = BeginSync("barrier", 0, 0, step);
   if (!impl_->pg) return FailedPrecondition(Label(info) + ": process group not connected");
   if (opts_.recorder) opts_.recorder->Started(info.seq, "barrier", 0, step, "gloo");
   try {
@@ -210,6 +305,115 @@ Status ProcessGroup::Barrier(int64_t step) {
   }
   if (opts_.recorder) opts_.recorder->Finished(info.seq, "");
   return Status::Ok();
+}
+
+namespace {
+
+int64_t Bytes(const at::Tensor& t) { return static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()); }
+
+}  // namespace
+
+Status ProcessGroup::AllGather(const at::Tensor& in, at::Tensor& out, int64_t step) {
+  const int n = opts_.world_size;
+  const auto info = BeginSync("allgather", Bytes(out), RingLinkBytes("allgather", Bytes(out), n), step);
+  if (!impl_->pg) return FailedPrecondition(Label(info) + ": process group not connected");
+  if (out.numel() != in.numel() * n || !out.is_contiguous() || !in.is_contiguous())
+    return InvalidArgument(Label(info) + ": output must hold world x input elements, contiguous");
+  try {
+    std::vector<at::Tensor> inputs{in};
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int r = 0; r < n; ++r) outputs[0].push_back(out.narrow(0, r * in.numel(), in.numel()));
+    impl_->pg->allgather(outputs, inputs)->wait();
+  } catch (...) {
+    return CommError(Label(info), Describe(std::current_exception()));
+  }
+  return Status::Ok();
+}
+
+Status ProcessGroup::ReduceScatterSum(const at::Tensor& in, at::Tensor& out, int64_t step) {
+  const int n = opts_.world_size;
+  const auto info = BeginSync("reducescatter", Bytes(in), RingLinkBytes("reducescatter", Bytes(in), n), step);
+  if (!impl_->pg) return FailedPrecondition(Label(info) + ": process group not connected");
+  if (in.numel() != out.numel() * n || !out.is_contiguous() || !in.is_contiguous())
+    return InvalidArgument(Label(info) + ": input must hold world x output elements, contiguous");
+  try {
+    // Part r of every rank lands on rank r, ordered by sender; summing the
+    // parts leaves this rank's slice of the reduction.
+    at::Tensor input = in;
+    at::Tensor gathered = at::empty_like(in);
+    std::vector<int64_t> equal;
+    impl_->pg->alltoall_base(gathered, input, equal, equal)->wait();
+    at::sum_out(out, gathered.view({n, out.numel()}), {0});
+  } catch (...) {
+    return CommError(Label(info), Describe(std::current_exception()));
+  }
+  return Status::Ok();
+}
+
+Status ProcessGroup::Send(const at::Tensor& t, int peer, int tag, int64_t step) {
+  const auto info = BeginSync("send", Bytes(t), Bytes(t), step);
+  if (!impl_->pg) return FailedPrecondition(Label(info) + ": process group not connected");
+  try {
+    std::vector<at::Tensor> args{t};
+    impl_->pg->send(args, peer, tag)->wait();
+  } catch (...) {
+    return CommError(Label(info) + " to rank " + std::to_string(peer), Describe(std::current_exception()));
+  }
+  return Status::Ok();
+}
+
+Status ProcessGroup::Recv(at::Tensor& t, int peer, int tag, int64_t step) {
+  try {
+    std::vector<at::Tensor> args{t};
+    impl_->pg->recv(args, peer, tag)->wait();
+  } catch (...) {
+    const faults::CollectiveInfo info{{opts_.rank, step}, "recv", ++seq_, Bytes(t), Bytes(t)};
+    return CommError(Label(info) + " from rank " + std::to_string(peer), Describe(std::current_exception()));
+  }
+  // The receiving side's link: the message is only usable once it crossed it.
+  BeginSync("recv", Bytes(t), Bytes(t), step);
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::NewGroup(const std::string& tag,
+                                                               std::chrono::milliseconds timeout) {
+  GroupOptions o = opts_;
+  o.timeout = timeout;
+  o.recorder = nullptr;
+  o.allow_shared_memory = false;
+  auto impl = std::make_unique<Impl>();
+  impl->store = impl_->store;
+  try {
+    impl->group_store = c10::make_intrusive<c10d::PrefixStore>(tag, impl_->store);
+  } catch (...) {
+    return CommError("rank " + std::to_string(opts_.rank) + ": group " + tag, Describe(std::current_exception()));
+  }
+  std::unique_ptr<ProcessGroup> g(new ProcessGroup(std::move(impl), o));
+  FD_RETURN_IF_ERROR(g->Connect());
+  return g;
+}
+
+StatusOr<std::vector<double>> ProcessGroup::RawGlooAllReduceUs(const std::string& tag,
+                                                                const std::vector<int64_t>& sizes, int warmup,
+                                                                int iters) {
+  std::vector<double> us;
+  try {
+    auto o = c10d::ProcessGroupGloo::Options::create(opts_.timeout);
+    o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(opts_.device_host));
+    o->threads = 1;
+    auto store = c10::make_intrusive<c10d::PrefixStore>(tag, impl_->store);
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, opts_.rank, opts_.world_size, o);
+    for (int64_t bytes : sizes) {
+      std::vector<at::Tensor> t{at::zeros({std::max<int64_t>(1, bytes / 4)}, at::kFloat)};
+      for (int i = 0; i < warmup; ++i) pg->allreduce(t)->wait();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) pg->allreduce(t)->wait();
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters);
+    }
+  } catch (...) {
+    return CommError("rank " + std::to_string(opts_.rank) + ": raw Gloo all-reduce", Describe(std::current_exception()));
+  }
+  return us;
 }
 
 StatusOr<bool> ProcessGroup::EnableSharedMemory(int64_t bytes_per_rank) {
@@ -271,59 +475,80 @@ StatusOr<PendingCollective> ProcessGroup::StartAllReduceSum(const at::Tensor& t,
 StatusOr<PendingCollective> ProcessGroup::Start(const char* op, const at::Tensor& t, int64_t step, int root,
                                                 double prescale) {
   auto st = std::make_shared<PendingCollective::State>();
-  st->info = faults::CollectiveInfo{{opts_.rank, step},
-                                    op,
-                                    ++seq_,
-                                    static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size())};
+  const int64_t bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+  st->info = faults::CollectiveInfo{{opts_.rank, step}, op, ++seq_, bytes,
+                                    RingLinkBytes(op, bytes, opts_.world_size)};
+  st->tensor = t;
   if (!impl_->pg) return FailedPrecondition(Label(st->info) + ": process group not connected");
-  if (root < 0 && impl_->shm && t.scalar_type() == at::kFloat && t.is_contiguous() &&
-      impl_->shm->Contains(t.data_ptr<float>(), t.numel())) {
-    try {
-      if (opts_.hooks) opts_.hooks->BeforeCollective(st->info);
-    } catch (...) {
-      return CommError(Label(st->info), Describe(std::current_exception()));
-    }
-    st->launched = std::chrono::steady_clock::now();
-    auto ticket = impl_->shm->Start(t.data_ptr<float>(), t.numel(), static_cast<float>(prescale));
-    if (!ticket.ok()) {
-      return Status(ticket.status().code(), Label(st->info) + " failed: " + ticket.status().message());
-    }
-    st->shm = impl_->shm;
-    st->ticket = *ticket;
-    if (opts_.recorder) opts_.recorder->Started(st->info.seq, op, st->info.bytes, step, "shm");
-    PendingCollective p;
-    p.state_ = std::move(st);
-    return p;
-  }
+  const bool via_shm = root < 0 && impl_->shm && t.scalar_type() == at::kFloat && t.is_contiguous() &&
+                       impl_->shm->Contains(t.data_ptr<float>(), t.numel());
+  std::chrono::nanoseconds delay{0};
   try {
-    if (opts_.hooks) opts_.hooks->BeforeCollective(st->info);
-    std::vector<at::Tensor> args{t};
-    st->launched = std::chrono::steady_clock::now();
-    if (prescale != 1.0) args[0].mul_(prescale);
-    if (opts_.recorder) opts_.recorder->Started(st->info.seq, op, st->info.bytes, step, "gloo");
-    if (root < 0) {
-      c10d::AllreduceOptions o;
-      o.reduceOp = c10d::ReduceOp::SUM;
-      st->work = impl_->pg->allreduce(args, o);
-    } else {
-      c10d::BroadcastOptions o;
-      o.rootRank = root;
-      st->work = impl_->pg->broadcast(args, o);
-    }
-    try {
-      // Runs on Gloo's thread when the collective ends (or at once if it
-      // already has). Holds only the timestamp, not the work: no cycle.
-      st->work->getFuture()->addCallback(
-          [done = st->completed_ns](c10::ivalue::Future&) { done->store(NowNs()); });
-    } catch (...) {
-      // A work without a future: Wait() stamps the time instead.
+    if (opts_.hooks) {
+      opts_.hooks->BeforeCollective(st->info);
+      delay = opts_.hooks->LinkDelay(st->info);
     }
   } catch (...) {
     return CommError(Label(st->info), Describe(std::current_exception()));
   }
+  // The collective counts as started now, on every rank alike; a degraded
+  // link only makes this rank hand its part over later.
+  st->launched = std::chrono::steady_clock::now();
+  if (opts_.recorder) opts_.recorder->Started(st->info.seq, op, bytes, step, via_shm ? "shm" : "gloo");
+  st->handed = false;
+  const bool deferred = impl_->link->PostIf(delay.count() > 0, [this, st, delay, root, prescale] {
+    if (delay.count() > 0) std::this_thread::sleep_for(delay);
+    Status s = Launch(*st, root, prescale);
+    std::lock_guard<std::mutex> lock(st->mu);
+    st->launch_error = std::move(s);
+    st->handed = true;
+    st->cv.notify_all();
+  });
+  if (!deferred) {
+    st->handed = true;
+    FD_RETURN_IF_ERROR(Launch(*st, root, prescale));
+  }
   PendingCollective p;
   p.state_ = std::move(st);
   return p;
+}
+
+Status ProcessGroup::Launch(PendingCollective::State& st, int root, double prescale) {
+  at::Tensor& t = st.tensor;
+  if (root < 0 && impl_->shm && t.scalar_type() == at::kFloat && t.is_contiguous() &&
+      impl_->shm->Contains(t.data_ptr<float>(), t.numel())) {
+    auto ticket = impl_->shm->Start(t.data_ptr<float>(), t.numel(), static_cast<float>(prescale));
+    if (!ticket.ok()) {
+      return Status(ticket.status().code(), Label(st.info) + " failed: " + ticket.status().message());
+    }
+    st.shm = impl_->shm;
+    st.ticket = *ticket;
+    return Status::Ok();
+  }
+  try {
+    std::vector<at::Tensor> args{t};
+    if (prescale != 1.0) args[0].mul_(prescale);
+    if (root < 0) {
+      c10d::AllreduceOptions o;
+      o.reduceOp = c10d::ReduceOp::SUM;
+      st.work = impl_->pg->allreduce(args, o);
+    } else {
+      c10d::BroadcastOptions o;
+      o.rootRank = root;
+      st.work = impl_->pg->broadcast(args, o);
+    }
+    try {
+      // Runs on Gloo's thread when the collective ends (or at once if it
+      // already has). Holds only the timestamp, not the work: no cycle.
+      st.work->getFuture()->addCallback(
+          [done = st.completed_ns](c10::ivalue::Future&) { done->store(NowNs()); });
+    } catch (...) {
+      // A work without a future: Wait() stamps the time instead.
+    }
+  } catch (...) {
+    return CommError(Label(st.info), Describe(std::current_exception()));
+  }
+  return Status::Ok();
 }
 
 Status ProcessGroup::Wait(PendingCollective& pending) {
@@ -332,6 +557,14 @@ Status ProcessGroup::Wait(PendingCollective& pending) {
     return FailedPrecondition("rank " + std::to_string(opts_.rank) + ": waiting on no collective");
   if (st->waited) return Status::Ok();
   st->waited = true;
+  {
+    std::unique_lock<std::mutex> lock(st->mu);
+    st->cv.wait(lock, [&] { return st->handed; });
+    if (!st->launch_error.ok()) {
+      if (opts_.recorder) opts_.recorder->Finished(st->info.seq, st->launch_error.message());
+      return st->launch_error;
+    }
+  }
   if (st->shm) {
     int64_t done_ns = 0;
     Status s = st->shm->Wait(st->ticket, &done_ns);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "agent/comm/flight_recorder.h"
@@ -42,6 +43,7 @@ class ProcessGroup;
 // finish (or fail) in the background; the process group keeps what it needs.
 class PendingCollective {
  public:
+  struct State;
   PendingCollective();
   ~PendingCollective();
   PendingCollective(PendingCollective&&) noexcept;
@@ -57,7 +59,6 @@ class PendingCollective {
 
  private:
   friend class ProcessGroup;
-  struct State;
   std::shared_ptr<State> state_;
 };
 
@@ -109,8 +110,38 @@ class ProcessGroup {
   StatusOr<at::Tensor> AllocateShared(int64_t numel);
   bool shared_memory() const;
 
+  // Synchronous collectives for probes (Gloo only; fp32, contiguous).
+  // All-gather: `out` holds world x in.numel() elements, rank r's part at
+  // r x in.numel(). Reduce-scatter (sum): `in` holds world equal parts and
+  // rank r gets the sum of everyone's part r in `out`. Gloo in LibTorch 1.13
+  // has no reduce_scatter, so it is an all-to-all followed by a local sum:
+  // each rank moves (n-1)/n of the buffer, the bytes of a ring's
+  // reduce-scatter.
+  Status AllGather(const at::Tensor& in, at::Tensor& out, int64_t step);
+  Status ReduceScatterSum(const at::Tensor& in, at::Tensor& out, int64_t step);
+  // Point-to-point: blocks until `t` is sent to / received from `peer`.
+  // `tag` matches a send with its receive.
+  Status Send(const at::Tensor& t, int peer, int tag, int64_t step);
+  Status Recv(at::Tensor& t, int peer, int tag, int64_t step);
+
+  // Collective: a second group over the same ranks and store (keys under
+  // `tag`), with its own Gloo connections, sequence numbers and timeout, and
+  // no flight recorder: probes run on one so that they never share a
+  // sequence number or a failure with training. Every rank must call it.
+  StatusOr<std::unique_ptr<ProcessGroup>> NewGroup(const std::string& tag, std::chrono::milliseconds timeout);
+
+  // Benchmarks only (bench/busbw_bench.cc): times in-place fp32 sum
+  // all-reduces of each size, `warmup` untimed then `iters` timed, straight
+  // on a new c10d ProcessGroupGloo over this group's store (keys under
+  // `tag`), bypassing this wrapper: the reference the probes are measured
+  // against. Collective. Mean microseconds per iteration, per size.
+  StatusOr<std::vector<double>> RawGlooAllReduceUs(const std::string& tag, const std::vector<int64_t>& sizes,
+                                                   int warmup, int iters);
+
   // Sequence number of the last collective issued by this rank (1-based).
   int64_t seq() const { return seq_; }
+  int rank() const { return opts_.rank; }
+  int world_size() const { return opts_.world_size; }
 
  private:
   struct Impl;
@@ -118,6 +149,11 @@ class ProcessGroup {
   // root < 0: all-reduce (sum); otherwise broadcast from root.
   StatusOr<PendingCollective> Start(const char* op, const at::Tensor& t, int64_t step, int root,
                                     double prescale = 1.0);
+  // Hands a started collective to the transport (shared memory or Gloo).
+  Status Launch(PendingCollective::State& st, int root, double prescale);
+  // For the synchronous ops: waits until every deferred launch was handed
+  // over, then this rank's link delay for `info`, on the calling thread.
+  faults::CollectiveInfo BeginSync(const char* op, int64_t bytes, int64_t link_bytes, int64_t step);
   std::unique_ptr<Impl> impl_;
   GroupOptions opts_;
   int64_t seq_ = 0;

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/probe.h"
 #include "agent/trainer.h"
 
 namespace firedrill::agent::rank_threads {
@@ -52,6 +53,7 @@ struct RankConfig {
   // Replaces the relay for ranks > 0 when set.
   std::function<StatusOr<StoreAddress>()> await_store;
   bool shared_memory = true;  // false: gradients over Gloo
+  std::shared_ptr<ProbeMailbox> probes;  // communication probes (agent/probe.h)
 };
 
 // Runs one job with a rank per thread and returns each rank's outcome.
@@ -72,6 +74,7 @@ inline std::vector<RankResult> RunJob(const v1::JobSpec& job, std::vector<RankCo
       o.max_steps = cfg[r].max_steps;
       o.faults = cfg[r].faults;
       o.shared_memory_allreduce = cfg[r].shared_memory;
+      o.probes = cfg[r].probes;
       if (r == 0) {
         o.store_ready = [&](const StoreAddress& a) { addr_promise.set_value(a); };
       } else if (cfg[r].await_store) {

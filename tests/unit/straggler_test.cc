@@ -53,7 +53,7 @@ TEST(Registry, KnowsStraggler) {
   EXPECT_EQ(FindFaultKind("gremlin"), nullptr);
   EXPECT_EQ(FaultKindNames(),
             (std::vector<std::string>{"straggler", "dataloader_starvation", "padding_waste", "tiny_buckets",
-                                      "collective_desync", "comm_misconfig"}));
+                                      "collective_desync", "comm_misconfig", "slow_link"}));
 }
 
 TEST(HookBus, CallsFaultOnlyFromItsTriggerStep) {

@@ -1,0 +1,185 @@
+#include "agent/probe.h"
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "agent/comm/process_group.h"
+
+namespace firedrill::agent {
+
+void ProbeMailbox::Post(const v1::RunProbe& req) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    req_ = req;
+    pending_ = true;
+  }
+  cv_.notify_all();
+}
+
+std::optional<v1::RunProbe> ProbeMailbox::Take(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return req_.has_value(); });
+  std::optional<v1::RunProbe> r = std::move(req_);
+  req_.reset();
+  pending_ = false;
+  return r;
+}
+
+std::vector<int64_t> ProbeSizes(const v1::ProbeSpec& spec) {
+  std::vector<int64_t> sizes;
+  const int64_t factor = spec.factor() > 1 ? spec.factor() : 2;
+  for (int64_t s = spec.min_bytes(); s > 0 && s <= spec.max_bytes(); s *= factor) sizes.push_back(s);
+  return sizes;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Small integers, exact in fp32 and in their sums: element i of rank r.
+float Pattern(int rank, int64_t i) { return static_cast<float>((rank + 1) * ((i % 13) + 1)); }
+
+at::Tensor Filled(int rank, int64_t offset, int64_t numel) {
+  at::Tensor t = at::empty({numel}, at::kFloat);
+  float* p = t.data_ptr<float>();
+  for (int64_t i = 0; i < numel; ++i) p[i] = Pattern(rank, offset + i);
+  return t;
+}
+
+int64_t CountWrong(const at::Tensor& t, const std::function<float(int64_t)>& expected) {
+  const float* p = t.data_ptr<float>();
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) wrong += p[i] != expected(i);
+  return wrong;
+}
+
+std::string Where(const comm::ProcessGroup& g, const std::string& op, int64_t bytes) {
+  return "probe " + op + " (" + comm::FormatBytes(bytes) + ") on rank " + std::to_string(g.rank());
+}
+
+// One collective of the sweep, in place or into `out`.
+Status Collective(comm::ProcessGroup& g, const std::string& op, at::Tensor& in, at::Tensor& out, int64_t step) {
+  if (op == "allreduce") return g.AllReduceSum(in, step);
+  if (op == "allgather") return g.AllGather(in, out, step);
+  return g.ReduceScatterSum(in, out, step);
+}
+
+Status Sweep(comm::ProcessGroup& g, const v1::ProbeSpec& spec, int64_t step, v1::ProbeReport* out) {
+  const int n = g.world_size(), r = g.rank();
+  const std::string& op = spec.op();
+  for (int64_t size : ProbeSizes(spec)) {
+    // nccl-tests' size is the whole buffer; all-gather and reduce-scatter
+    // split it evenly over the ranks.
+    int64_t count = std::max<int64_t>(1, size / 4);
+    if (op != "allreduce") count = std::max<int64_t>(n, count / n * n);
+    const int64_t part = count / n;
+    at::Tensor in, res;
+    if (op == "allreduce") {
+      in = at::zeros({count}, at::kFloat);
+    } else if (op == "allgather") {
+      in = at::zeros({part}, at::kFloat);
+      res = at::empty({count}, at::kFloat);
+    } else {
+      in = at::zeros({count}, at::kFloat);
+      res = at::empty({part}, at::kFloat);
+    }
+    for (int i = 0; i < spec.warmup_iters(); ++i) FD_RETURN_IF_ERROR(Collective(g, op, in, res, step));
+    const auto t0 = Clock::now();
+    for (int i = 0; i < spec.iters(); ++i) FD_RETURN_IF_ERROR(Collective(g, op, in, res, step));
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / spec.iters();
+
+    // Validation, as nccl-tests' -c 1: known inputs, one more run, every
+    // element compared with what the reduction must give.
+    int64_t wrong = 0;
+    const float ranks_sum = static_cast<float>(n * (n + 1) / 2);
+    if (op == "allreduce") {
+      in = Filled(r, 0, count);
+      FD_RETURN_IF_ERROR(Collective(g, op, in, res, step));
+      wrong = CountWrong(in, [&](int64_t i) { return ranks_sum * static_cast<float>((i % 13) + 1); });
+    } else if (op == "allgather") {
+      in = Filled(r, r * part, part);
+      FD_RETURN_IF_ERROR(Collective(g, op, in, res, step));
+      wrong = CountWrong(res, [&](int64_t i) { return Pattern(static_cast<int>(i / part), i); });
+    } else {
+      in = Filled(r, 0, count);
+      FD_RETURN_IF_ERROR(Collective(g, op, in, res, step));
+      wrong = CountWrong(res, [&](int64_t i) { return ranks_sum * static_cast<float>(((r * part + i) % 13) + 1); });
+    }
+    auto* row = out->add_rows();
+    row->set_bytes(count * 4);
+    row->set_count(count);
+    row->set_type("float");
+    row->set_redop(op == "allgather" ? "none" : "sum");
+    row->set_root(-1);
+    row->set_time_us(us);
+    row->set_wrong(wrong);
+  }
+  return Status::Ok();
+}
+
+// Each ordered pair alone: every rank meets at a one-float all-reduce, then
+// the sender streams `iters` messages and waits for the receiver's one-float
+// acknowledgement, which bounds the time by the last message's arrival.
+Status PointToPoint(comm::ProcessGroup& g, const v1::ProbeSpec& spec, int64_t step, v1::ProbeReport* out) {
+  const int n = g.world_size(), r = g.rank();
+  const int64_t count = std::max<int64_t>(1, spec.max_bytes() / 4);
+  at::Tensor buf = Filled(r, 0, count);
+  at::Tensor ack = at::zeros({1}, at::kFloat);
+  at::Tensor sync = at::zeros({1}, at::kFloat);
+  int tag = 0;
+  for (int src = 0; src < n; ++src) {
+    for (int dst = 0; dst < n; ++dst) {
+      if (src == dst) continue;
+      ++tag;
+      FD_RETURN_IF_ERROR(g.AllReduceSum(sync, step));
+      if (r == src) {
+        for (int i = 0; i < spec.warmup_iters(); ++i) FD_RETURN_IF_ERROR(g.Send(buf, dst, tag, step));
+        FD_RETURN_IF_ERROR(g.Recv(ack, dst, tag, step));
+        const auto t0 = Clock::now();
+        for (int i = 0; i < spec.iters(); ++i) FD_RETURN_IF_ERROR(g.Send(buf, dst, tag, step));
+        FD_RETURN_IF_ERROR(g.Recv(ack, dst, tag, step));
+        const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / spec.iters();
+        auto* p = out->add_pairs();
+        p->set_src(src);
+        p->set_dst(dst);
+        p->set_time_us(us);
+        p->set_bw_gbps(static_cast<double>(count * 4) / (us * 1e3));
+      } else if (r == dst) {
+        at::Tensor in = at::empty({count}, at::kFloat);
+        for (int i = 0; i < spec.warmup_iters(); ++i) FD_RETURN_IF_ERROR(g.Recv(in, src, tag, step));
+        FD_RETURN_IF_ERROR(g.Send(ack, src, tag, step));
+        for (int i = 0; i < spec.iters(); ++i) FD_RETURN_IF_ERROR(g.Recv(in, src, tag, step));
+        FD_RETURN_IF_ERROR(g.Send(ack, src, tag, step));
+        auto* p = out->add_pairs();
+        p->set_src(src);
+        p->set_dst(dst);
+        p->set_wrong(CountWrong(in, [&](int64_t i) { return Pattern(src, i); }));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunProbe(comm::ProcessGroup& group, const v1::ProbeSpec& spec, int64_t step, v1::ProbeReport* out) {
+  out->set_rank(group.rank());
+  out->set_step(step);
+  out->set_transport("gloo");
+  if (spec.iters() < 1) return InvalidArgument("probe: iters must be at least 1");
+  try {
+    if (spec.op() == "p2p") {
+      if (group.world_size() < 2) return FailedPrecondition("probe p2p needs at least 2 ranks");
+      return PointToPoint(group, spec, step, out);
+    }
+    if (spec.op() == "allreduce" || spec.op() == "allgather" || spec.op() == "reducescatter")
+      return Sweep(group, spec, step, out);
+  } catch (const std::exception& e) {
+    return Internal(Where(group, spec.op(), spec.max_bytes()) + ": " + e.what());
+  }
+  return InvalidArgument("probe: unknown op '" + spec.op() + "'; known: allreduce, allgather, reducescatter, p2p");
+}
+
+}  // namespace firedrill::agent

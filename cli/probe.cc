@@ -1,0 +1,169 @@
+#include "cli/probe.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <map>
+
+namespace firedrill::cli {
+
+StatusOr<int64_t> ParseSize(const std::string& text) {
+  if (text.empty()) return InvalidArgument("empty size; use e.g. 8, 64K, 16M, 1G");
+  size_t pos = 0;
+  while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) ++pos;
+  if (pos == 0 || pos + 1 < text.size())
+    return InvalidArgument("bad size '" + text + "'; use e.g. 8, 64K, 16M, 1G");
+  int64_t mult = 1;
+  if (pos < text.size()) {
+    switch (std::toupper(static_cast<unsigned char>(text[pos]))) {
+      case 'K': mult = int64_t{1} << 10; break;
+      case 'M': mult = int64_t{1} << 20; break;
+      case 'G': mult = int64_t{1} << 30; break;
+      default: return InvalidArgument("bad size suffix in '" + text + "'; use K, M or G");
+    }
+  }
+  if (pos > 12) return InvalidArgument("size '" + text + "' is too large");
+  return std::stoll(text.substr(0, pos)) * mult;
+}
+
+namespace {
+
+std::string Time(double us) {
+  char b[32];
+  std::snprintf(b, sizeof b, us >= 10000.0 ? "%7.0f" : us >= 100.0 ? "%7.1f" : "%7.2f", us);
+  return b;
+}
+
+const char* Collective(const std::string& op) {
+  if (op == "allreduce") return "all_reduce";
+  if (op == "allgather") return "all_gather";
+  if (op == "reducescatter") return "reduce_scatter";
+  return "sendrecv";
+}
+
+void PrintRanks(const v1::RunProbeResponse& r, std::ostream& out) {
+  out << "#\n# Using devices\n";
+  char line[160];
+  for (int i = 0; i < r.hosts_size(); ++i) {
+    std::snprintf(line, sizeof line, "#  Rank %2d Group  0 on %10s device cpu (%s over TCP)\n", i,
+                  r.hosts(i).c_str(), r.transport().c_str());
+    out << line;
+  }
+  out << "#\n";
+}
+
+void PrintMatrix(const v1::RunProbeResponse& r, std::ostream& out) {
+  const auto& s = r.spec();
+  out << "# firedrill probe p2p: unidirectional bandwidth between each ordered pair of ranks, alone\n"
+      << "# message " << s.max_bytes() << " B, warmup iters: " << s.warmup_iters() << " iters: " << s.iters()
+      << ", after step " << r.step() << "\n";
+  PrintRanks(r, out);
+  const int n = r.world_size();
+  std::map<std::pair<int, int>, const v1::ProbePair*> at;
+  int64_t wrong = 0;
+  for (const auto& p : r.pairs()) {
+    at[{p.src(), p.dst()}] = &p;
+    wrong += p.wrong();
+  }
+  out << "# Unidirectional P2P=Enabled Bandwidth Matrix (GB/s), row = sender, column = receiver\n";
+  char cell[32];
+  out << "   D\\D";
+  for (int d = 0; d < n; ++d) {
+    std::snprintf(cell, sizeof cell, " %7d", d);
+    out << cell;
+  }
+  out << "\n";
+  for (int src = 0; src < n; ++src) {
+    std::snprintf(cell, sizeof cell, "%6d", src);
+    out << cell;
+    for (int dst = 0; dst < n; ++dst) {
+      auto it = at.find({src, dst});
+      if (src == dst || it == at.end()) std::snprintf(cell, sizeof cell, " %7s", "-");
+      else std::snprintf(cell, sizeof cell, " %7.2f", it->second->bw_gbps());
+      out << cell;
+    }
+    out << "\n";
+  }
+  const P2pAnalysis a = AnalyzeP2p(r);
+  char line[160];
+  std::snprintf(line, sizeof line, "# Out of bounds values : %lld %s\n", static_cast<long long>(wrong),
+                wrong == 0 ? "OK" : "FAILED");
+  out << line;
+  if (a.slow_src >= 0) {
+    std::snprintf(line, sizeof line,
+                  "# Pair bandwidth       : median %.3f, upper quartile %.3f GB/s; slowest %d -> %d at %.3f GB/s\n",
+                  a.median_gbps, a.upper_quartile_gbps, a.slow_src, a.slow_dst, a.slow_gbps);
+    out << line;
+  }
+  out << "#\n";
+}
+
+}  // namespace
+
+void PrintProbe(const v1::RunProbeResponse& r, std::ostream& out) {
+  if (r.spec().op() == "p2p") {
+    PrintMatrix(r, out);
+    return;
+  }
+  const auto& s = r.spec();
+  const bool in_place = s.op() == "allreduce";
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "# firedrill probe: %s over the job's %d ranks, after step %lld\n"
+                "# nThread 1 nGpus 1 minBytes %lld maxBytes %lld step: %d(factor) warmup iters: %d iters: %d "
+                "agg iters: 1 validation: 1 graph: 0\n",
+                Collective(s.op()), r.world_size(), static_cast<long long>(r.step()),
+                static_cast<long long>(s.min_bytes()), static_cast<long long>(s.max_bytes()), s.factor(),
+                s.warmup_iters(), s.iters());
+  out << line;
+  PrintRanks(r, out);
+  // Gloo's all-reduce works in place; its all-gather and firedrill's
+  // reduce-scatter write a separate buffer: one column group, named for
+  // what it is.
+  std::snprintf(line, sizeof line, "# %61s%s\n", "", in_place ? "in-place" : "out-of-place");
+  out << line;
+  out << "#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
+      << "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)       \n";
+  int64_t wrong = 0;
+  for (const auto& row : r.rows()) {
+    std::snprintf(line, sizeof line, "%12lld  %12lld  %8s  %6s  %6d  %s  %6.2f  %6.2f  %5lld\n",
+                  static_cast<long long>(row.bytes()), static_cast<long long>(row.count()), row.type().c_str(),
+                  row.redop().c_str(), row.root(), Time(row.time_us()).c_str(), row.algbw_gbps(),
+                  row.busbw_gbps(), static_cast<long long>(row.wrong()));
+    out << line;
+    wrong += row.wrong();
+  }
+  std::snprintf(line, sizeof line, "# Out of bounds values : %lld %s\n# Avg bus bandwidth    : %g \n#\n",
+                static_cast<long long>(wrong), wrong == 0 ? "OK" : "FAILED", r.avg_busbw_gbps());
+  out << line;
+}
+
+P2pAnalysis AnalyzeP2p(const v1::RunProbeResponse& r) {
+  P2pAnalysis a;
+  std::vector<double> bw;
+  for (const auto& p : r.pairs()) {
+    if (p.bw_gbps() <= 0) continue;
+    bw.push_back(p.bw_gbps());
+    if (a.slow_src < 0 || p.bw_gbps() < a.slow_gbps) {
+      a.slow_src = p.src();
+      a.slow_dst = p.dst();
+      a.slow_gbps = p.bw_gbps();
+    }
+  }
+  if (bw.empty()) return a;
+  std::sort(bw.begin(), bw.end());
+  a.median_gbps = bw.size() % 2 ? bw[bw.size() / 2] : (bw[bw.size() / 2 - 1] + bw[bw.size() / 2]) / 2;
+  a.upper_quartile_gbps = bw[std::min(bw.size() - 1, bw.size() * 3 / 4)];
+  for (int rank = 0; rank < r.world_size(); ++rank) {
+    int pairs = 0, slow = 0;
+    for (const auto& p : r.pairs()) {
+      if (p.src() != rank && p.dst() != rank) continue;
+      ++pairs;
+      slow += p.bw_gbps() > 0 && p.bw_gbps() < a.upper_quartile_gbps / 2;
+    }
+    if (pairs > 0 && slow == pairs) a.slow_ranks.push_back(rank);
+  }
+  return a;
+}
+
+}  // namespace firedrill::cli

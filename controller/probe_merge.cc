@@ -1,0 +1,95 @@
+#include "controller/probe_merge.h"
+
+#include <map>
+#include <utility>
+
+namespace firedrill::controller {
+
+StatusOr<v1::ProbeSpec> NormalizeProbeSpec(const v1::ProbeSpec& in) {
+  v1::ProbeSpec s = in;
+  const std::string& op = s.op();
+  if (op != "allreduce" && op != "allgather" && op != "reducescatter" && op != "p2p")
+    return InvalidArgument("probe: unknown op '" + op + "'; known: allreduce, allgather, reducescatter, p2p");
+  constexpr int64_t kMiB = 1 << 20;
+  if (s.max_bytes() == 0) s.set_max_bytes(op == "p2p" ? 4 * kMiB : 16 * kMiB);
+  if (s.min_bytes() == 0) s.set_min_bytes(op == "p2p" ? s.max_bytes() : 8);
+  if (s.factor() == 0) s.set_factor(2);
+  if (s.iters() == 0) s.set_iters(20);
+  if (s.warmup_iters() == 0) s.set_warmup_iters(5);
+  if (s.max_bytes() < 4 || s.max_bytes() > 256 * kMiB)
+    return InvalidArgument("probe: --max must be between 4 B and 256 MiB, got " + std::to_string(s.max_bytes()));
+  if (s.min_bytes() < 4 || s.min_bytes() > s.max_bytes())
+    return InvalidArgument("probe: --min must be between 4 B and --max (" + std::to_string(s.max_bytes()) +
+                           "), got " + std::to_string(s.min_bytes()));
+  if (s.factor() < 2 || s.factor() > 1024)
+    return InvalidArgument("probe: --factor must be between 2 and 1024, got " + std::to_string(s.factor()));
+  if (s.iters() < 1 || s.iters() > 1000)
+    return InvalidArgument("probe: --iters must be between 1 and 1000, got " + std::to_string(s.iters()));
+  if (s.warmup_iters() < 0 || s.warmup_iters() > 100)
+    return InvalidArgument("probe: --warmup must be between 0 and 100, got " + std::to_string(s.warmup_iters()));
+  return s;
+}
+
+double BusBandwidthFactor(const std::string& op, int world) {
+  if (world <= 1) return 0.0;  // nothing crosses a link
+  const double n = world;
+  if (op == "allreduce") return 2.0 * (n - 1) / n;
+  if (op == "allgather" || op == "reducescatter") return (n - 1) / n;
+  return 1.0;
+}
+
+StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int world,
+                                                 const std::vector<v1::ProbeReport>& reports) {
+  v1::RunProbeResponse out;
+  *out.mutable_spec() = spec;
+  out.set_world_size(world);
+  out.set_transport("gloo");
+  if (reports.empty()) return Internal("probe: no rank reported");
+  out.set_step(reports.front().step());
+  if (spec.op() == "p2p") {
+    std::map<std::pair<int, int>, v1::ProbePair> pairs;
+    for (const auto& r : reports) {
+      for (const auto& p : r.pairs()) {
+        auto& m = pairs[{p.src(), p.dst()}];
+        m.set_src(p.src());
+        m.set_dst(p.dst());
+        if (p.time_us() > 0) {
+          m.set_time_us(p.time_us());
+          m.set_bw_gbps(p.bw_gbps());
+        }
+        m.set_wrong(m.wrong() + p.wrong());
+      }
+    }
+    for (auto& [key, p] : pairs) *out.add_pairs() = p;
+    return out;
+  }
+  const int rows = reports.front().rows_size();
+  for (const auto& r : reports) {
+    if (r.rows_size() != rows)
+      return Internal("probe: rank " + std::to_string(r.rank()) + " reported " + std::to_string(r.rows_size()) +
+                      " sizes, rank " + std::to_string(reports.front().rank()) + " " + std::to_string(rows));
+  }
+  const double factor = BusBandwidthFactor(spec.op(), world);
+  double busbw_sum = 0;
+  for (int i = 0; i < rows; ++i) {
+    v1::ProbeRow row = reports.front().rows(i);
+    double time_sum = 0;
+    int64_t wrong = 0;
+    for (const auto& r : reports) {
+      time_sum += r.rows(i).time_us();
+      wrong += r.rows(i).wrong();
+    }
+    const double us = time_sum / static_cast<double>(reports.size());
+    row.set_time_us(us);
+    row.set_wrong(wrong);
+    // bytes per microsecond / 1e3 = GB/s
+    row.set_algbw_gbps(us > 0 ? static_cast<double>(row.bytes()) / (us * 1e3) : 0.0);
+    row.set_busbw_gbps(row.algbw_gbps() * factor);
+    busbw_sum += row.busbw_gbps();
+    *out.add_rows() = row;
+  }
+  out.set_avg_busbw_gbps(rows > 0 ? busbw_sum / rows : 0.0);
+  return out;
+}
+
+}  // namespace firedrill::controller

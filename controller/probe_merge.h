@@ -1,0 +1,29 @@
+// The controller's side of communication probes: the request's defaults and
+// limits, and merging every rank's report into one nccl-tests-style result.
+// Pure functions; the session manager sends and collects.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "firedrill/v1/controller.pb.h"
+
+namespace firedrill::controller {
+
+// Fills unset fields (sweeps 8 B..16 MiB, factor 2, 20 iterations after 5
+// warm-up, as `all_reduce_perf -b 8 -e 16M -f 2 -n 20 -w 5`; p2p: 4 MiB
+// messages) and checks the ranges; errors name the flag.
+StatusOr<v1::ProbeSpec> NormalizeProbeSpec(const v1::ProbeSpec& spec);
+
+// nccl-tests' busbw = algbw x factor: what each rank's link carries in a
+// ring. all-reduce 2(n-1)/n; all-gather and reduce-scatter (n-1)/n.
+double BusBandwidthFactor(const std::string& op, int world);
+
+// One report per rank, none with an error. Times are averaged over ranks (as
+// nccl-tests' default -a 1), wrong elements summed; p2p pairs take the
+// sender's time and the receiver's count of wrong elements.
+StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int world,
+                                                 const std::vector<v1::ProbeReport>& reports);
+
+}  // namespace firedrill::controller

@@ -1,0 +1,107 @@
+// SessionManager::RunProbe: sends the probe to every rank of the session's
+// job and merges their reports. The ranks agree among themselves on the step
+// boundary where it runs (agent/probe.h), so the controller only waits.
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+#include "controller/probe_merge.h"
+#include "controller/session_manager.h"
+
+namespace firedrill::controller {
+
+void SessionManager::OnProbeReport(const std::string& agent_id, const v1::ProbeReport& report) {
+  auto s = SessionOfAgent(agent_id);
+  if (!s) return;
+  std::lock_guard<std::mutex> lock(s->mu);
+  if (report.request_id() != s->probe_request) return;  // an abandoned probe's late answer
+  for (int rank = 0; rank < static_cast<int>(s->ranks.size()); ++rank) {
+    if (s->ranks[rank].agent_id == agent_id) s->probe_replies[rank] = report;
+  }
+  s->cv.notify_all();
+}
+
+StatusOr<v1::RunProbeResponse> SessionManager::RunProbe(const v1::RunProbeRequest& req) {
+  auto sp = Find(req.session_id());
+  if (!sp.ok()) return sp.status();
+  Session& s = **sp;
+  auto spec = NormalizeProbeSpec(req.spec());
+  if (!spec.ok()) return spec.status();
+  std::unique_lock<std::mutex> one(s.probe_mu, std::try_to_lock);
+  if (!one.owns_lock()) return FailedPrecondition("another probe is running on session " + req.session_id());
+
+  const int64_t id = ++fr_counter_;
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<std::pair<int, std::string>> agents;
+  std::string run_id;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!s.run || s.run->kind != "main" || s.run->state != "running")
+      return FailedPrecondition(
+          "probes run between the steps of the session's job, and it is not running now" +
+          std::string(s.run && s.run->kind != "main" ? " (the controller is measuring a " + s.run->kind +
+                                                           " run; try again when it is done)"
+                                                     : "") +
+          "; see `firedrill status`");
+    run_id = s.run->id;
+    for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
+      if (s.ranks[rank].agent_id.empty() || s.ranks[rank].state != "running")
+        return FailedPrecondition("rank " + std::to_string(rank) + " is " + s.ranks[rank].state +
+                                  ", not running: a probe needs every rank of the job");
+      agents.emplace_back(rank, s.ranks[rank].agent_id);
+    }
+    s.probe_request = id;
+    s.probe_replies.clear();
+  }
+  v1::ControllerMessage msg;
+  auto* p = msg.mutable_probe();
+  p->set_request_id(id);
+  p->set_run_id(run_id);
+  *p->mutable_spec() = *spec;
+  for (const auto& [rank, agent] : agents) {
+    if (!pool_->Send(agent, msg)) return Unavailable("rank " + std::to_string(rank) + "'s agent is not connected");
+  }
+
+  // A healthy job reaches a step boundary within a step; the sweep itself
+  // takes seconds. A job that makes no progress never runs it.
+  constexpr auto kWait = std::chrono::seconds(90);
+  std::unique_lock<std::mutex> lock(s.mu);
+  s.cv.wait_for(lock, kWait, [&] {
+    return s.probe_replies.size() >= agents.size() || !s.run || s.run->id != run_id ||
+           (s.run->state != "running" && s.run->state != "starting");
+  });
+  s.probe_request = 0;
+  std::vector<v1::ProbeReport> reports;
+  std::string missing, errors;
+  for (const auto& [rank, agent] : agents) {
+    auto it = s.probe_replies.find(rank);
+    if (it == s.probe_replies.end()) {
+      missing += (missing.empty() ? "" : ",") + std::to_string(rank);
+    } else if (!it->second.error().empty()) {
+      errors += (errors.empty() ? "" : "; ") + it->second.error();
+    } else {
+      reports.push_back(it->second);
+    }
+  }
+  const double waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (!errors.empty()) return Unavailable("probe " + spec->op() + " failed: " + errors);
+  if (!missing.empty()) {
+    if (!s.run || s.run->id != run_id || s.run->state != "running")
+      return Unavailable("the job ended before ranks " + missing + " ran the probe");
+    return DeadlineExceeded("ranks " + missing + " did not reach a step boundary within " +
+                            std::to_string(static_cast<int>(waited_s)) +
+                            " s: probes run between training steps, so a job that makes no progress cannot run "
+                            "one; `firedrill fr` shows where its ranks wait");
+  }
+  auto merged = MergeProbeReports(*spec, static_cast<int>(agents.size()), reports);
+  if (!merged.ok()) return merged.status();
+  merged->set_session_id(req.session_id());
+  for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank)
+    merged->add_hosts(rank < s.rec.hosts_size() ? s.rec.hosts(rank) : s.ranks[rank].host);
+  spdlog::info("session {}: probe {} after step {} took {:.1f} s", req.session_id(), spec->op(), merged->step(),
+               waited_s);
+  return merged;
+}
+
+}  // namespace firedrill::controller

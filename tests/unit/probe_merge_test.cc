@@ -1,0 +1,117 @@
+// The controller's side of probes: defaults and limits of a request, the
+// nccl-tests bus-bandwidth factors, and merging the ranks' reports.
+#include <gtest/gtest.h>
+
+#include "controller/probe_merge.h"
+
+namespace firedrill::controller {
+namespace {
+
+v1::ProbeSpec Op(const std::string& op) {
+  v1::ProbeSpec s;
+  s.set_op(op);
+  return s;
+}
+
+TEST(ProbeSpec, DefaultsAreAllReducePerfsUsualSweep) {
+  auto s = NormalizeProbeSpec(Op("allreduce"));
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->min_bytes(), 8);
+  EXPECT_EQ(s->max_bytes(), 16 << 20);
+  EXPECT_EQ(s->factor(), 2);
+  EXPECT_EQ(s->iters(), 20);
+  EXPECT_EQ(s->warmup_iters(), 5);
+  auto p = NormalizeProbeSpec(Op("p2p"));
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->max_bytes(), 4 << 20);
+  EXPECT_EQ(p->min_bytes(), p->max_bytes());
+}
+
+TEST(ProbeSpec, BadRequestsNameTheFlag) {
+  EXPECT_EQ(NormalizeProbeSpec(Op("alltoall")).status().message(),
+            "probe: unknown op 'alltoall'; known: allreduce, allgather, reducescatter, p2p");
+  v1::ProbeSpec s = Op("allreduce");
+  s.set_min_bytes(1 << 20);
+  s.set_max_bytes(1 << 10);
+  EXPECT_NE(NormalizeProbeSpec(s).status().message().find("--min must be between 4 B and --max (1024)"),
+            std::string::npos);
+  s = Op("allgather");
+  s.set_max_bytes(int64_t{1} << 30);
+  EXPECT_NE(NormalizeProbeSpec(s).status().message().find("--max must be between 4 B and 256 MiB"),
+            std::string::npos);
+  s = Op("allreduce");
+  s.set_iters(5000);
+  EXPECT_NE(NormalizeProbeSpec(s).status().message().find("--iters"), std::string::npos);
+}
+
+TEST(ProbeMerge, BusBandwidthFactorsAreNcclTests) {
+  EXPECT_DOUBLE_EQ(BusBandwidthFactor("allreduce", 4), 1.5);
+  EXPECT_DOUBLE_EQ(BusBandwidthFactor("allreduce", 2), 1.0);
+  EXPECT_DOUBLE_EQ(BusBandwidthFactor("allgather", 4), 0.75);
+  EXPECT_DOUBLE_EQ(BusBandwidthFactor("reducescatter", 8), 0.875);
+  EXPECT_DOUBLE_EQ(BusBandwidthFactor("allreduce", 1), 0.0);
+}
+
+v1::ProbeReport Report(int rank, std::vector<std::pair<double, int64_t>> rows) {
+  v1::ProbeReport r;
+  r.set_rank(rank);
+  r.set_step(42);
+  int64_t bytes = 1 << 20;
+  for (auto [us, wrong] : rows) {
+    auto* row = r.add_rows();
+    row->set_bytes(bytes);
+    row->set_count(bytes / 4);
+    row->set_type("float");
+    row->set_redop("sum");
+    row->set_root(-1);
+    row->set_time_us(us);
+    row->set_wrong(wrong);
+    bytes *= 2;
+  }
+  return r;
+}
+
+TEST(ProbeMerge, AveragesTimeOverRanksAndSumsWrongElements) {
+  auto spec = NormalizeProbeSpec(Op("allreduce"));
+  auto m = MergeProbeReports(*spec, 4,
+                             {Report(0, {{900, 0}, {2000, 0}}), Report(1, {{1100, 0}, {2000, 1}}),
+                              Report(2, {{1000, 0}, {2000, 0}}), Report(3, {{1000, 0}, {2000, 2}})});
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(m->rows_size(), 2);
+  EXPECT_DOUBLE_EQ(m->rows(0).time_us(), 1000);
+  // 1 MiB in 1 ms: 1.048576 GB/s algbw, x 1.5 for a 4-rank all-reduce.
+  EXPECT_NEAR(m->rows(0).algbw_gbps(), 1.048576, 1e-9);
+  EXPECT_NEAR(m->rows(0).busbw_gbps(), 1.572864, 1e-9);
+  EXPECT_EQ(m->rows(1).wrong(), 3);
+  EXPECT_NEAR(m->avg_busbw_gbps(), (m->rows(0).busbw_gbps() + m->rows(1).busbw_gbps()) / 2, 1e-12);
+  EXPECT_EQ(m->step(), 42);
+}
+
+TEST(ProbeMerge, RanksThatDisagreeOnTheSweepAreAnError) {
+  auto spec = NormalizeProbeSpec(Op("allreduce"));
+  auto m = MergeProbeReports(*spec, 2, {Report(0, {{1, 0}, {2, 0}}), Report(1, {{1, 0}})});
+  EXPECT_FALSE(m.ok());
+}
+
+TEST(ProbeMerge, PairsTakeTheSendersTimeAndTheReceiversCount) {
+  auto spec = NormalizeProbeSpec(Op("p2p"));
+  v1::ProbeReport a, b;
+  auto* s = a.add_pairs();  // rank 0 sent to 1
+  s->set_src(0);
+  s->set_dst(1);
+  s->set_time_us(100);
+  s->set_bw_gbps(2.5);
+  auto* r = b.add_pairs();  // rank 1 received from 0
+  r->set_src(0);
+  r->set_dst(1);
+  r->set_wrong(7);
+  auto m = MergeProbeReports(*spec, 2, {a, b});
+  ASSERT_TRUE(m.ok());
+  ASSERT_EQ(m->pairs_size(), 1);
+  EXPECT_DOUBLE_EQ(m->pairs(0).bw_gbps(), 2.5);
+  EXPECT_DOUBLE_EQ(m->pairs(0).time_us(), 100);
+  EXPECT_EQ(m->pairs(0).wrong(), 7);
+}
+
+}  // namespace
+}  // namespace firedrill::controller
