@@ -37,6 +37,8 @@ const std::vector<Case> kCases = {
     {"ddp-memory-tuning", 41, "small-buckets"},
     {"epoch-end-hang", 51, "collective-hang"},
     {"new-node-image", 61, "comm-misconfig"},
+    {"allreduce-slowdown", 71, "slow-link"},
+    {"new-rack-acceptance", 72, "slow-link"},
 };
 
 class ScenarioTest : public ::testing::Test {
@@ -109,6 +111,29 @@ TEST_F(ScenarioTest, AWrongFixFailsVerification) {
   }
 }
 
+TEST_F(ScenarioTest, BiggerBucketsDoNotFixASlowLink) {
+  // The whole job waits in all-reduce, so bigger buckets look plausible; the
+  // ring still runs at its slowest link's speed.
+  auto info = StartRunning(c(), "allreduce-slowdown", 73);
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  v1::SubmitDiagnosisRequest d;
+  d.set_session_id(info->session_id());
+  d.set_cause("small-buckets");
+  ASSERT_TRUE(c().SubmitDiagnosis(d).ok());
+  v1::ApplyFixRequest fix;
+  fix.set_session_id(info->session_id());
+  auto* s = fix.add_settings();
+  s->set_key("comm.bucket_mb");
+  s->set_value("100");
+  auto score = FixAndScore(c(), fix);
+  ASSERT_TRUE(score.ok()) << score.status().message();
+  EXPECT_FALSE(score->verification().passed()) << score->verification().detail();
+  for (const auto& it : score->items()) {
+    if (it.name() == "cause") EXPECT_EQ(it.points(), 15) << "right class (communication), wrong cause";
+    if (it.name() == "fix") EXPECT_EQ(it.points(), 0);
+  }
+}
+
 // All text a learner can read before diagnosing, with the scenario ids cut
 // out: the learner picked one from the catalogue, and the session list shows
 // earlier ones.
@@ -123,7 +148,7 @@ TEST_F(ScenarioTest, NothingALearnerReadsNamesTheFaultOrTheAnswer) {
   std::vector<std::string> secrets = faults::FaultKindNames();
   for (const auto& k : kCases) secrets.push_back(k.cause);
   // Fault parameter names (the config keys a fault changes are legitimately visible).
-  for (const char* p : {"slowdown", "trigger_step", "all_ranks"}) secrets.push_back(p);
+  for (const char* p : {"slowdown", "trigger_step", "all_ranks", "latency_us", "bandwidth_gbps"}) secrets.push_back(p);
   std::set<std::string> seen;
   for (const auto& k : kCases) {
     if (!seen.insert(k.scenario).second) continue;
@@ -157,6 +182,19 @@ TEST_F(ScenarioTest, NothingALearnerReadsNamesTheFaultOrTheAnswer) {
       a.insert(a.end(), {"--session", info->session_id()});
       Cli(a, &out);
       text += out + "\n";
+    }
+    // Probes, where the job is stepping (on a hung one they wait for a step
+    // boundary that never comes).
+    bool stepping = st->run().steps_done() > 80;
+    for (const auto& r : st->ranks()) stepping = stepping && r.state() == "running" && r.since_last_step_s() < 5;
+    if (stepping) {
+      for (const auto& args : std::vector<std::vector<std::string>>{{"probe", "allreduce", "--max", "64K"},
+                                                                   {"probe", "p2p", "--max", "64K", "--iters", "3"}}) {
+        auto a = args;
+        a.insert(a.end(), {"--session", info->session_id()});
+        EXPECT_EQ(Cli(a, &out), 0) << out;
+        text += out + "\n";
+      }
     }
     // The merged timeline (a job that never stepped has none: the error is
     // what the learner reads then).
