@@ -2,7 +2,10 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
+
 #include <algorithm>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -227,6 +230,31 @@ int CmdLogs(CliContext& ctx, DrillClient& client, const std::string& id, int ran
   }
 }
 
+// `top`: the status table refreshed in place on a terminal; elsewhere (a
+// pipe, a file, --json) one frame after another, like `top -b`.
+int CmdTop(CliContext& ctx, DrillClient& client, const std::string& id, double delay_s, int frames) {
+  if (!(delay_s >= 0.2 && delay_s <= 3600)) return Fail(ctx, InvalidArgument("--delay must be 0.2..3600 seconds"));
+  const bool terminal = ctx.out == &std::cout && isatty(STDOUT_FILENO);
+  for (int frame = 1;; ++frame) {
+    auto st = client.GetStatus(id);
+    if (!st.ok()) return Fail(ctx, st.status());
+    if (ctx.json) {
+      *ctx.out << ToJson(*st) << "\n";
+    } else {
+      const std::time_t now = std::time(nullptr);
+      char clock[16];
+      std::strftime(clock, sizeof clock, "%H:%M:%S", std::localtime(&now));
+      *ctx.out << (terminal ? "\033[H\033[2J" : frame > 1 ? "\n" : "") << "firedrill top - " << clock
+               << " - every " << delay_s << " s" << (terminal ? " (Ctrl-C to quit)" : "") << "\n";
+      PrintStatus(*st, *ctx.out);
+    }
+    ctx.out->flush();
+    const std::string& state = st->session().state();
+    if ((frames > 0 && frame >= frames) || state == "scored" || state == "aborted") return 0;
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+  }
+}
+
 int CmdTrace(CliContext& ctx, DrillClient& client, const std::string& id, const std::string& path,
              const std::string& steps) {
   v1::GetTraceRequest req;
@@ -311,6 +339,11 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   start->add_flag("--no-wait", no_wait, "return without waiting for the baseline");
 
   auto* status = app.add_subcommand("status", "per-rank view of the job");
+  double top_delay = 2.0;
+  int top_frames = 0;
+  auto* top = app.add_subcommand("top", "the status table, refreshed in place (Ctrl-C to quit)");
+  top->add_option("-d,--delay", top_delay, "seconds between refreshes")->capture_default_str();
+  top->add_option("-n,--iterations", top_frames, "stop after N refreshes (0: until the session ends)");
   auto* config = app.add_subcommand("config", "the job's settings (keys as `fix --set` takes them)");
   int log_rank = -1, log_tail = 50;
   bool log_follow = false;
@@ -414,6 +447,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   auto id = CurrentSession(ctx);
   if (!id.ok()) return Fail(ctx, id.status());
   if (status->parsed()) return PrintOr(ctx, client.GetStatus(*id), &PrintStatus);
+  if (top->parsed()) return CmdTop(ctx, client, *id, top_delay, top_frames);
   if (fr->parsed()) {
     auto rec = client.GetFlightRecorder(*id);
     if (!rec.ok()) return Fail(ctx, rec.status());
