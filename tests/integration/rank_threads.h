@@ -54,6 +54,7 @@ struct RankConfig {
   std::function<StatusOr<StoreAddress>()> await_store;
   bool shared_memory = true;  // false: gradients over Gloo
   std::shared_ptr<ProbeMailbox> probes;  // communication probes (agent/probe.h)
+  std::shared_ptr<comm::FlightRecorder> recorder;  // this rank's collectives, when set
 };
 
 // Runs one job with a rank per thread and returns each rank's outcome.
@@ -75,6 +76,7 @@ inline std::vector<RankResult> RunJob(const v1::JobSpec& job, std::vector<RankCo
       o.faults = cfg[r].faults;
       o.shared_memory_allreduce = cfg[r].shared_memory;
       o.probes = cfg[r].probes;
+      o.recorder = cfg[r].recorder;
       if (r == 0) {
         o.store_ready = [&](const StoreAddress& a) { addr_promise.set_value(a); };
       } else if (cfg[r].await_store) {

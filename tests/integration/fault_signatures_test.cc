@@ -1,0 +1,197 @@
+// Each fault kind's signature, measured on real training with ranks as
+// threads: the effect a learner is meant to find is there, as a ratio
+// against the same job without the fault (generous margins, never absolute
+// times). The straggler's is in trainer_test.cc and the slow link's in
+// probe_test.cc; the end-to-end drills are in tests/e2e/.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "cli/flight_recorder.h"
+#include "faults/registry.h"
+#include "tests/integration/rank_threads.h"
+
+namespace firedrill::agent {
+namespace {
+
+using rank_threads::RankConfig;
+using rank_threads::RankResult;
+using rank_threads::RunJob;
+using rank_threads::SmallJob;
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// A per-step quantity over rank r's steps after the first few.
+template <typename F>
+double MedianOf(const RankResult& r, F f) {
+  std::vector<double> v;
+  for (size_t i = 3; i < r.reports.size(); ++i) v.push_back(f(r.reports[i]));
+  return Median(v);
+}
+
+v1::ResolvedFault Fault(const std::string& kind, int rank = -1) {
+  v1::ResolvedFault f;
+  f.set_kind(kind);
+  f.set_rank(rank);
+  f.set_all_ranks(rank < 0);
+  f.set_trigger_step(0);
+  return f;
+}
+
+// The deploy's overlay and the run-time hooks, on the ranks the fault hits.
+std::vector<RankResult> RunFaulty(v1::JobSpec job, const v1::ResolvedFault& f, std::vector<RankConfig> cfg = {}) {
+  faults::ApplyFaultsToJob({f}, &job);
+  cfg.resize(job.world_size());
+  for (int r = 0; r < job.world_size(); ++r)
+    if (f.all_ranks() || f.rank() == r) cfg[r].faults.push_back(f);
+  return RunJob(job, cfg);
+}
+
+void ExpectAllOk(const std::vector<RankResult>& res) {
+  for (size_t r = 0; r < res.size(); ++r)
+    ASSERT_TRUE(res[r].status.ok()) << "rank " << r << ": " << res[r].status.message();
+}
+
+TEST(FaultSignature, DataLoaderStarvationMakesEveryRankWaitForBatches) {
+  v1::JobSpec job = SmallJob(2);
+  job.set_steps(25);
+  v1::ResolvedFault f = Fault("dataloader_starvation");
+  f.mutable_dataloader_starvation()->set_sample_latency_ms(0.5);  // 16 ms per batch of 32
+  f.mutable_dataloader_starvation()->set_num_workers(1);
+  f.mutable_dataloader_starvation()->set_prefetch_depth(1);
+  const auto healthy = RunJob(job, {});
+  const auto starved = RunFaulty(job, f);
+  // The runbook's fix: enough workers and read-ahead to hide the latency.
+  v1::JobSpec fixed_job = job;
+  faults::ApplyFaultsToJob({f}, &fixed_job);
+  fixed_job.mutable_data()->set_num_workers(8);
+  fixed_job.mutable_data()->set_prefetch_depth(16);
+  std::vector<RankConfig> fixed_cfg(2);
+  for (auto& c : fixed_cfg) c.faults = {f};
+  const auto fixed = RunJob(fixed_job, fixed_cfg);
+  ExpectAllOk(healthy);
+  ExpectAllOk(starved);
+  ExpectAllOk(fixed);
+  auto data = [](const v1::StepReport& s) { return s.data_ms(); };
+  auto busy = [](const v1::StepReport& s) { return s.forward_ms() + s.backward_ms(); };
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_GT(MedianOf(starved[r], data), 5.0 * MedianOf(healthy[r], data) + 1.0) << "rank " << r;
+    EXPECT_GT(MedianOf(starved[r], data), 3.0 * MedianOf(starved[r], busy)) << "rank " << r;
+    EXPECT_LT(MedianOf(fixed[r], data), 0.5 * MedianOf(starved[r], data)) << "rank " << r;
+  }
+}
+
+TEST(FaultSignature, PaddingWasteMeansMostTokensArePadding) {
+  v1::JobSpec job = SmallJob(2);
+  auto* m = job.mutable_model();
+  m->Clear();
+  m->set_kind("gpt-tiny");
+  m->set_hidden(32);
+  m->set_layers(1);
+  m->set_heads(2);
+  m->set_seq_len(64);
+  job.mutable_data()->set_batch_size(16);
+  job.mutable_data()->set_variable_length(true);
+  job.mutable_data()->set_min_seq_len(4);
+  job.mutable_data()->set_sampler("length_bucketed");
+  job.mutable_optim()->Clear();
+  job.mutable_optim()->set_kind("adamw");
+  job.mutable_optim()->set_lr(1e-3);
+  job.set_steps(20);
+  v1::ResolvedFault f = Fault("padding_waste");
+  f.mutable_padding_waste()->set_min_seq_len(4);
+  const auto bucketed = RunJob(job, {});
+  const auto wasted = RunFaulty(job, f);
+  ExpectAllOk(bucketed);
+  ExpectAllOk(wasted);
+  auto pad = [](const v1::StepReport& s) { return s.padding_fraction(); };
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_GT(MedianOf(wasted[r], pad), 0.3) << "rank " << r;
+    EXPECT_GT(MedianOf(wasted[r], pad), 3.0 * MedianOf(bucketed[r], pad)) << "rank " << r;
+  }
+}
+
+TEST(FaultSignature, TinyBucketsTurnOneAllReduceIntoManyLatencyBoundOnes) {
+  v1::JobSpec job = SmallJob(2);
+  job.set_steps(25);
+  job.mutable_model()->set_hidden(64);
+  job.mutable_model()->set_layers(12);  // a bucket per layer once the cap is tiny
+  job.mutable_comm()->set_transport("gloo");
+  std::vector<RankConfig> gloo(2);
+  for (auto& c : gloo) c.shared_memory = false;
+  v1::ResolvedFault f = Fault("tiny_buckets");
+  f.mutable_tiny_buckets()->set_bucket_mb(0.005);
+  const auto healthy = RunJob(job, gloo);
+  const auto tiny = RunFaulty(job, f, gloo);
+  ExpectAllOk(healthy);
+  ExpectAllOk(tiny);
+  auto per_step = [](const RankResult& r) {
+    return static_cast<double>(r.reports.back().collective_seq() - r.reports[r.reports.size() - 2].collective_seq());
+  };
+  auto comm = [](const v1::StepReport& s) { return s.comm_total_ms(); };
+  for (int r = 0; r < 2; ++r) {
+    // 13 layers of 64 x 64 (16 kB each) in 5 kB buckets: a bucket each,
+    // against one for the whole model.
+    EXPECT_GE(per_step(tiny[r]), 10 * per_step(healthy[r])) << "rank " << r;
+    EXPECT_GT(MedianOf(tiny[r], comm), 2.0 * MedianOf(healthy[r], comm)) << "rank " << r;
+  }
+}
+
+TEST(FaultSignature, CollectiveDesyncHangsAtTheEpochEndAndTheFlightRecorderNamesTheRank) {
+  v1::JobSpec job = SmallJob(4);
+  job.mutable_data()->set_batch_size(16);
+  job.mutable_data()->set_dataset_size(961);  // rank 0 gets one sample more: 16 batches, the others 15
+  job.mutable_data()->set_drop_last(true);
+  job.set_steps(40);
+  v1::ResolvedFault f = Fault("collective_desync");
+  f.mutable_collective_desync()->set_comm_timeout_s(2);
+  std::vector<RankConfig> cfg(4);
+  for (auto& c : cfg) c.recorder = std::make_shared<comm::FlightRecorder>();
+  const auto res = RunFaulty(job, f, cfg);
+  v1::FlightRecorderResponse fr;
+  for (int r = 0; r < 4; ++r) {
+    // Every rank fails (none hangs past the timeout), each naming the
+    // collective it waited in.
+    ASSERT_FALSE(res[r].status.ok()) << "rank " << r;
+    EXPECT_EQ(res[r].status.code(), StatusCode::kDeadlineExceeded) << res[r].status.message();
+    EXPECT_NE(res[r].status.message().find(r == 0 ? "allreduce #" : "barrier #"), std::string::npos)
+        << "rank " << r << ": " << res[r].status.message();
+    auto* rank = fr.add_ranks();
+    rank->set_rank(r);
+    rank->set_answered(true);
+    for (const auto& e : cfg[r].recorder->Snapshot()) {
+      auto* c = rank->add_entries();
+      c->set_seq(e.seq);
+      c->set_op(e.op);
+      c->set_bytes(e.bytes);
+      c->set_step(e.step);
+      // As a dump taken during the hang saw it: the last one still running.
+      c->set_state(e.state == "failed" ? "started" : e.state);
+    }
+  }
+  const cli::FrAnalysis a = cli::AnalyzeFlightRecords(fr);
+  EXPECT_TRUE(a.desync) << a.summary;
+  EXPECT_EQ(a.odd_ranks, std::vector<int>{0}) << a.summary;
+}
+
+TEST(FaultSignature, CommMisconfigFailsTheNodeWithGloosOwnError) {
+  v1::JobSpec job = SmallJob(3);
+  v1::ResolvedFault f = Fault("comm_misconfig", 1);
+  f.set_all_ranks(false);
+  f.mutable_comm_misconfig()->set_socket_ifname("ib0");
+  const auto res = RunFaulty(job, f);
+  ASSERT_FALSE(res[1].status.ok());
+  EXPECT_NE(res[1].status.message().find("Unable to find address for: ib0"), std::string::npos)
+      << res[1].status.message();
+  for (int r : {0, 2}) {
+    ASSERT_FALSE(res[r].status.ok()) << "rank " << r;
+    EXPECT_EQ(res[r].status.message().find("ib0"), std::string::npos) << res[r].status.message();
+  }
+}
+
+}  // namespace
+}  // namespace firedrill::agent
