@@ -311,6 +311,7 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     pr.set_session_id(id);
     pr.mutable_spec()->set_op("allreduce");
     pr.mutable_spec()->set_min_bytes(1 << 10);
+    pr.mutable_spec()->set_max_bytes(4 << 20);
     auto ar = client.RunProbe(pr);
     pr.mutable_spec()->set_op("p2p");
     pr.mutable_spec()->set_min_bytes(0);
