@@ -141,4 +141,12 @@ v1::Verification Verify(const v1::RunSummary& baseline, const WindowStats& run, 
   return v;
 }
 
+int64_t FaultOnsetUnixMs(const google::protobuf::RepeatedPtrField<v1::ResolvedFault>& faults,
+                         const v1::StepReport& s) {
+  if (faults.empty() || s.start_unix_ns() <= 0) return 0;
+  int64_t first = INT64_MAX;
+  for (const auto& f : faults) first = std::min(first, f.trigger_step());
+  return s.step() >= first ? s.start_unix_ns() / 1000000 : 0;
+}
+
 }  // namespace firedrill::controller

@@ -19,6 +19,12 @@ using ::firedrill::Median;
 // equals the slowest rank's, so busy time is what tells ranks apart.
 inline double BusyMs(const v1::StepReport& s) { return s.step_ms() - s.comm_ms(); }
 
+// The fault's onset as step `s` of the faulty run shows it: the step's start
+// (ms since the epoch) when it is at or past the earliest trigger step of
+// `faults`, else 0. The time rubric counts from here.
+int64_t FaultOnsetUnixMs(const google::protobuf::RepeatedPtrField<v1::ResolvedFault>& faults,
+                         const v1::StepReport& s);
+
 // The last `window` reports (all if fewer) into a RankStatus's numeric
 // fields: times and rates (step_ms, phases, comm_total_ms, checkpoint_ms,
 // samples/s, tokens/s, padding fraction) are window means; step, loss,

@@ -82,7 +82,8 @@ v1::ScoreReport Score(const ScoreInputs& in) {
     const double frac = std::clamp(1.0 - in.elapsed_s / budget, 0.0, 1.0);
     const int pts = static_cast<int>(std::lround(rub.time() * frac));
     r.add_items()->CopyFrom(Item("time", pts, rub.time(),
-                                 "fixed after " + std::to_string(static_cast<int>(in.elapsed_s)) + " s of a " +
+                                 "fixed " + std::to_string(static_cast<int>(in.elapsed_s)) +
+                                     " s after the fault's onset, of a " +
                                      std::to_string(rub.time_budget_s()) + " s budget"));
   }
 

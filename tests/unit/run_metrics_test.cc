@@ -356,3 +356,24 @@ TEST(VerifyTest, EveryFailureAtOnce) {
 
 }  // namespace
 }  // namespace firedrill::controller
+
+namespace firedrill::controller {
+namespace {
+
+TEST(FaultOnset, IsTheStartOfTheFirstStepAtOrPastTheEarliestTrigger) {
+  google::protobuf::RepeatedPtrField<v1::ResolvedFault> faults;
+  faults.Add()->set_trigger_step(42);
+  faults.Add()->set_trigger_step(37);
+  v1::StepReport s;
+  s.set_start_unix_ns(1'700'000'000'123'456'789);
+  s.set_step(36);
+  EXPECT_EQ(FaultOnsetUnixMs(faults, s), 0);
+  s.set_step(37);
+  EXPECT_EQ(FaultOnsetUnixMs(faults, s), 1'700'000'000'123);
+  s.set_start_unix_ns(0);  // an agent that does not stamp steps
+  EXPECT_EQ(FaultOnsetUnixMs(faults, s), 0);
+  EXPECT_EQ(FaultOnsetUnixMs({}, s), 0);
+}
+
+}  // namespace
+}  // namespace firedrill::controller
