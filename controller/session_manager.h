@@ -102,6 +102,7 @@ class SessionManager : public AgentListener {
     std::vector<Rank> ranks;
     std::optional<Run> run;
     std::optional<v1::ApplyFixRequest> pending_fix;
+    v1::JobSpec healthy_job;  // as the baseline ran it: re-measured beside a verification
     bool fix_applied = false;
     bool fix_matches = false;
     bool end_requested = false;
