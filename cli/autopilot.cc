@@ -244,6 +244,29 @@ AutopilotFinding ReasonHang(const v1::SessionStatus& st, const v1::FlightRecorde
   return f;
 }
 
+std::string TraceEvidence(const v1::TraceResponse& trace) {
+  std::vector<double> per_step, bytes, ms;
+  int64_t lo = INT64_MAX, hi = -1;
+  for (const auto& r : trace.ranks()) {
+    for (const auto& s : r.steps()) {
+      lo = std::min(lo, s.step());
+      hi = std::max(hi, s.step());
+      int n = 0;
+      for (const auto& sp : s.spans()) {
+        if (sp.name() != "allreduce") continue;
+        ++n;
+        bytes.push_back(static_cast<double>(sp.bytes()));
+        ms.push_back(sp.dur_ms());
+      }
+      per_step.push_back(n);
+    }
+  }
+  if (per_step.empty() || bytes.empty()) return "";
+  return "The trace of steps " + std::to_string(lo) + "-" + std::to_string(hi) + " shows " + Num(Median(per_step), 0) +
+         " all-reduce(s) per step, of " + Bytes(static_cast<int64_t>(Median(bytes))) + " each, taking " +
+         Num(Median(ms), 2) + " ms each (medians over ranks and steps).";
+}
+
 int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
   std::ostream& out = *ctx.out;
   DrillClient client(ctx.controller);
@@ -305,6 +328,15 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     return 1;
   }
   PrintStatus(*st, out);
+  if (finding.cause == "small-buckets" || finding.cause == "slow-link") {
+    // Many small collectives or a few slow ones: the timeline tells them apart.
+    v1::GetTraceRequest tr;
+    tr.set_session_id(id);
+    if (auto trace = client.GetTrace(tr); trace.ok()) {
+      const std::string seen = TraceEvidence(*trace);
+      if (!seen.empty()) finding.evidence += " " + seen;
+    }
+  }
   if (finding.needs_probes) {
     // What a learner would run next: the ring's bandwidth, then each pair.
     v1::RunProbeRequest pr;

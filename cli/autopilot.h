@@ -38,6 +38,10 @@ AutopilotFinding ReasonHang(const v1::SessionStatus& st, const v1::FlightRecorde
 AutopilotFinding ReasonProbes(const AutopilotFinding& before, const v1::RunProbeResponse& allreduce,
                               const v1::RunProbeResponse& p2p);
 
+// What the merged timeline says about the gradient all-reduces: how many a
+// step makes, how big and how long each is (medians over ranks and steps).
+std::string TraceEvidence(const v1::TraceResponse& trace);
+
 int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed);
 
 }  // namespace firedrill::cli

@@ -85,13 +85,52 @@ TEST(Autopilot, OneSlowComputeRankIsAStraggler) {
 
 TEST(Autopilot, EveryoneWaitingInCommWithTinyBucketsIsSmallBuckets) {
   auto st = Job(0.2, 2.5, 6, 100);
-  EXPECT_FALSE(Reason(st).found) << "25 MB buckets: comm is slow for another reason";
+  // 25 MB buckets: the collectives themselves are slow, and only probes can
+  // say where.
+  const auto link = Reason(st);
+  ASSERT_TRUE(link.found);
+  EXPECT_EQ(link.cause, "slow-link");
+  EXPECT_TRUE(link.needs_probes);
+  EXPECT_TRUE(link.ranks.empty());
+  // A job whose steps are mostly all-reduce but no slower than its healthy
+  // baseline (Gloo over loopback is like that) has nothing wrong.
+  EXPECT_FALSE(Reason(Job(0.2, 1, 2, 6.5)).found);
   st.mutable_job()->mutable_comm()->set_bucket_mb(0.01);
   const auto f = Reason(st);
   ASSERT_TRUE(f.found);
   EXPECT_EQ(f.cause, "small-buckets");
   EXPECT_EQ(f.fix.settings(0).key(), "comm.bucket_mb");
   EXPECT_EQ(f.fix.settings(0).value(), "25");
+}
+
+}  // namespace
+}  // namespace firedrill::cli
+
+namespace firedrill::cli {
+namespace {
+
+TEST(AutopilotTrace, CountsAllReducesPerStepWithTheirSizeAndTime) {
+  v1::TraceResponse tr;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto* r = tr.add_ranks();
+    r->set_rank(rank);
+    for (int step = 10; step < 13; ++step) {
+      auto* s = r->add_steps();
+      s->set_step(step);
+      s->add_spans()->set_name("backward");
+      for (int b = 0; b < 4; ++b) {
+        auto* sp = s->add_spans();
+        sp->set_name("allreduce");
+        sp->set_bytes(40960);
+        sp->set_dur_ms(1.5);
+      }
+      s->add_spans()->set_name("allreduce wait");
+    }
+  }
+  const std::string e = TraceEvidence(tr);
+  EXPECT_NE(e.find("steps 10-12 shows 4 all-reduce(s) per step"), std::string::npos) << e;
+  EXPECT_NE(e.find("1.50 ms each"), std::string::npos) << e;
+  EXPECT_EQ(TraceEvidence(v1::TraceResponse()), "");
 }
 
 }  // namespace
