@@ -3,7 +3,7 @@
 // over 127.0.0.1, the same Trainer the agents run. For trying job settings
 // before writing a scenario, for checkpoint/resume checks, and for tests.
 //
-//   firedrill-train scenarios/straggler-basic.yaml --steps 50 --set optim.lr=0.1
+//   firedrill-train scenarios/throughput-halved.yaml --steps 50 --set optim.lr=0.1
 //   firedrill-train S.yaml --steps 100 --set checkpoint.every=50 --set checkpoint.dir=/tmp/ck
 //   firedrill-train S.yaml --steps 50 --set checkpoint.dir=/tmp/ck --set checkpoint.resume_from=latest
 #include <CLI/CLI.hpp>

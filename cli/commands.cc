@@ -393,7 +393,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   autopilot->add_option("SCENARIO", pilot_scenario, "scenario id")->required();
   autopilot->add_option("--seed", seed, "seed (0: random)");
 
-  std::string demo_scenario = "straggler-basic";
+  std::string demo_scenario = "throughput-halved";
   auto* demo = app.add_subcommand("demo", "run a whole drill, playing the learner");
   demo->add_option("--scenario", demo_scenario, "scenario to play")->capture_default_str();
   demo->add_option("--seed", seed, "seed (0: random)");

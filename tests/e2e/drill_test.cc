@@ -17,7 +17,7 @@
 namespace firedrill::e2e {
 namespace {
 
-constexpr char kScenario[] = "straggler-basic";
+constexpr char kScenario[] = "throughput-halved";
 
 const v1::ScoreItem* Item(const v1::ScoreReport& r, const std::string& name) {
   for (const auto& it : r.items()) {

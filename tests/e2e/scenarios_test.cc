@@ -28,8 +28,8 @@ struct Case {
 
 // Every shipped scenario must appear here (checked against the catalogue).
 const std::vector<Case> kCases = {
-    {"straggler-basic", 11, "straggler"},
-    {"straggler-basic", 12, "straggler"},
+    {"throughput-halved", 11, "straggler"},
+    {"throughput-halved", 12, "straggler"},
     {"thermal-throttle", 13, "straggler"},
     {"storage-migration", 21, "data-loader-starvation"},
     {"slow-local-disk", 22, "data-loader-starvation"},

@@ -134,7 +134,7 @@ TEST_F(CliArgsTest, DeadControllerSaysSoAndPointsAtUp) {
   const std::vector<std::vector<std::string>> cmds = {
       {"scenarios", "list"},
       {"sessions"},
-      {"start", "straggler-basic", "--no-wait"},
+      {"start", "throughput-halved", "--no-wait"},
       {"--session", "s-1", "status"},
       {"--session", "s-1", "score"},
       {"--session", "s-1", "hint"},

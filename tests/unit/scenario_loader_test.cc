@@ -11,7 +11,7 @@
 namespace firedrill::controller {
 namespace {
 
-const std::string kShipped = std::string(FIREDRILL_SOURCE_DIR) + "/scenarios/straggler-basic.yaml";
+const std::string kShipped = std::string(FIREDRILL_SOURCE_DIR) + "/scenarios/throughput-halved.yaml";
 
 // A small valid scenario; tests break one line of it at a time, so expected
 // line numbers below refer to this text.
@@ -57,7 +57,7 @@ std::string ErrorOf(const std::string& yaml) {
 TEST(ScenarioLoader, ShippedStragglerScenarioLoads) {
   auto s = LoadScenarioFile(kShipped);
   ASSERT_TRUE(s.ok()) << s.status().message();
-  EXPECT_EQ(s->id(), "straggler-basic");
+  EXPECT_EQ(s->id(), "throughput-halved");
   EXPECT_EQ(s->source_file(), kShipped);
   EXPECT_EQ(s->job().world_size(), 4);
   EXPECT_EQ(s->job().model().hidden(), 512);

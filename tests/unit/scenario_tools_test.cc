@@ -144,7 +144,7 @@ class ValidateTest : public ::testing::Test {
     std::string tmpl = (std::filesystem::temp_directory_path() / "fd-scn-tools-XXXXXX").string();
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;
-    shipped_ = ReadFile(kSource + "/scenarios/straggler-basic.yaml");
+    shipped_ = ReadFile(kSource + "/scenarios/throughput-halved.yaml");
     ASSERT_FALSE(shipped_.empty());
   }
   void TearDown() override {
@@ -193,7 +193,7 @@ TEST_F(ValidateTest, UnknownSkillAndMissingRunbookAreWarningsOnly) {
 
   const FileCheck c = CheckScenarioFile(path, &*table);
   EXPECT_TRUE(c.ok) << c.error;
-  EXPECT_EQ(c.id, "straggler-basic");
+  EXPECT_EQ(c.id, "throughput-halved");
   ASSERT_EQ(c.warnings.size(), 2u);
   EXPECT_NE(c.warnings[0].find("'straggler rank identificaton' is not a skill atom"), std::string::npos)
       << c.warnings[0];
@@ -207,7 +207,7 @@ TEST_F(ValidateTest, UnknownSkillAndMissingRunbookAreWarningsOnly) {
 }
 
 TEST_F(ValidateTest, CommandLineExitCodesAndJson) {
-  const std::string good = kSource + "/scenarios/straggler-basic.yaml";
+  const std::string good = kSource + "/scenarios/throughput-halved.yaml";
   const std::string bad = Write("broken.yaml", "world_size: 4", "world_size: four");
   std::ostringstream out, err;
   // A dead controller address proves validate never needs one.
@@ -215,7 +215,7 @@ TEST_F(ValidateTest, CommandLineExitCodesAndJson) {
                      "--skills", kShippedSkills},
                     out, err);
   EXPECT_EQ(code, 1);
-  EXPECT_NE(out.str().find(good + ": ok (straggler-basic: Throughput halved overnight)\n"), std::string::npos)
+  EXPECT_NE(out.str().find(good + ": ok (throughput-halved: Throughput halved overnight)\n"), std::string::npos)
       << out.str();
   EXPECT_NE(out.str().find(bad + ":" + std::to_string(LineOf("world_size: 4")) + ":"), std::string::npos)
       << out.str();
@@ -229,7 +229,7 @@ TEST_F(ValidateTest, CommandLineExitCodesAndJson) {
   ASSERT_EQ(j.size(), 1u);
   EXPECT_EQ(j[0]["file"], good);
   EXPECT_EQ(j[0]["ok"], true);
-  EXPECT_EQ(j[0]["id"], "straggler-basic");
+  EXPECT_EQ(j[0]["id"], "throughput-halved");
   EXPECT_EQ(j[0]["error"], "");
 }
 
@@ -254,7 +254,7 @@ TEST(ScenarioTools, CoverageCommandOverShippedScenarios) {
       {"firedrill", "scenarios", "coverage", "--dir", kSource + "/scenarios", "--skills", kShippedSkills},
       out, err);
   EXPECT_EQ(code, 0) << err.str();
-  EXPECT_NE(out.str().find("straggler-basic"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("throughput-halved"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("module 6 Diagnosing throughput loss: "), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("total: "), std::string::npos) << out.str();
 

@@ -10,7 +10,7 @@ namespace {
 // rubric: cause 40, culprit 20, fix 30, time 20 (600 s budget), hints 5 each.
 v1::Scenario MakeScenario() {
   v1::Scenario s;
-  s.set_id("straggler-basic");
+  s.set_id("throughput-halved");
   s.set_runbook("runbooks/straggler.md");
   s.mutable_answer()->set_cause("straggler");
   s.mutable_answer()->add_culprit_ranks()->set_ref("$faults.0.target.rank");
@@ -88,7 +88,7 @@ class ScorerTest : public ::testing::Test {
 TEST_F(ScorerTest, RightCauseCulpritVerifiedFixFastIsFullMarks) {
   const v1::ScoreReport r = Score(in);
   EXPECT_EQ(r.session_id(), "s-1");
-  EXPECT_EQ(r.scenario_id(), "straggler-basic");
+  EXPECT_EQ(r.scenario_id(), "throughput-halved");
   EXPECT_EQ(ItemNamed(r, "cause").points(), 40);
   EXPECT_EQ(ItemNamed(r, "culprit").points(), 20);
   EXPECT_EQ(ItemNamed(r, "fix").points(), 30);

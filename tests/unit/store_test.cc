@@ -29,7 +29,7 @@ v1::SessionRecord MakeSession(const std::string& id, int64_t created = 170000000
   v1::SessionRecord r;
   v1::SessionInfo* info = r.mutable_info();
   info->set_session_id(id);
-  info->set_scenario_id("straggler-basic");
+  info->set_scenario_id("throughput-halved");
   info->set_title("Throughput halved overnight");
   info->set_state("running");
   info->set_seed(42);
@@ -58,7 +58,7 @@ v1::SessionEvent MakeEvent(int64_t ms, const std::string& kind, int rank, const 
 v1::ScoreReport MakeScore(const std::string& id, int total) {
   v1::ScoreReport r;
   r.set_session_id(id);
-  r.set_scenario_id("straggler-basic");
+  r.set_scenario_id("throughput-halved");
   r.set_final(true);
   r.set_total(total);
   r.set_max_total(100);
@@ -156,7 +156,7 @@ TEST_F(StoreTest, SessionRoundTripMirrorsInfoIntoColumns) {
   EXPECT_TRUE(MessageDifferencer::Equals((*loaded)[0], rec));
 
   RawDb raw(path_);
-  EXPECT_EQ(raw.Query("SELECT scenario_id FROM sessions WHERE id='s-1'"), "straggler-basic");
+  EXPECT_EQ(raw.Query("SELECT scenario_id FROM sessions WHERE id='s-1'"), "throughput-halved");
   EXPECT_EQ(raw.Query("SELECT state FROM sessions WHERE id='s-1'"), "running");
   EXPECT_EQ(raw.Query("SELECT seed FROM sessions WHERE id='s-1'"), "42");
   EXPECT_EQ(raw.Query("SELECT world_size FROM sessions WHERE id='s-1'"), "4");
