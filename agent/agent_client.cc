@@ -2,13 +2,29 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
+#include "agent/comm/process_group.h"
 #include "common/log.h"
 
 namespace firedrill::agent {
 
 namespace {
+
+void DumpFlightRecorderToLog(int rank, const comm::FlightRecorder& rec) {
+  const auto entries = rec.Snapshot();
+  const size_t n = std::min<size_t>(entries.size(), 16);
+  spdlog::error("rank {}: flight recorder, last {} of {} collectives (oldest first):", rank, n, entries.size());
+  for (size_t i = entries.size() - n; i < entries.size(); ++i) {
+    const auto& e = entries[i];
+    const double ms = e.end_unix_ns > 0 ? (e.end_unix_ns - e.start_unix_ns) / 1e6 : -1;
+    spdlog::error("  #{} {} {} step {} via {}: {}{}{}", e.seq, e.op, comm::FormatBytes(e.bytes), e.step, e.transport,
+                  e.state, ms >= 0 ? fmt::format(" after {:.1f} ms", ms) : std::string(" (never finished)"),
+                  e.error.empty() ? "" : ": " + e.error.substr(0, 200));
+  }
+}
+
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -236,7 +252,7 @@ void AgentClient::JobMain(v1::RunJob job) {
     e->set_store_port(a.port);
     Write(m);
   };
-  o.recorder = std::make_shared<comm::FlightRecorder>();
+  auto o_recorder = o.recorder = std::make_shared<comm::FlightRecorder>();
   auto o_probes = o.probes = std::make_shared<ProbeMailbox>([this](const v1::ProbeReport& r) {
     v1::AgentMessage m;
     *m.mutable_probe_report() = r;
@@ -281,6 +297,11 @@ void AgentClient::JobMain(v1::RunJob job) {
     SendEvent(run_id, rank, v1::JobEvent::FINISHED, result.ok() ? "" : result.message(), steps);
   } else {
     spdlog::error("run {} rank {}: {}", run_id, rank, result.message());
+    // As TORCH_NCCL_DUMP_ON_TIMEOUT does: what this rank was doing, in its
+    // own log, for whoever reads it after the job is gone.
+    if (result.code() == StatusCode::kDeadlineExceeded || result.code() == StatusCode::kUnavailable ||
+        result.code() == StatusCode::kAborted)
+      DumpFlightRecorderToLog(rank, *o_recorder);
     SendEvent(run_id, rank, v1::JobEvent::FAILED, result.message(), steps);
   }
   job_running_ = false;
