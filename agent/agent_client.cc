@@ -14,6 +14,7 @@ namespace {
 
 void DumpFlightRecorderToLog(int rank, const comm::FlightRecorder& rec) {
   const auto entries = rec.Snapshot();
+  if (entries.empty()) return;  // it failed before its first collective
   const size_t n = std::min<size_t>(entries.size(), 16);
   spdlog::error("rank {}: flight recorder, last {} of {} collectives (oldest first):", rank, n, entries.size());
   for (size_t i = entries.size() - n; i < entries.size(); ++i) {
