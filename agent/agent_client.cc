@@ -20,9 +20,11 @@ void DumpFlightRecorderToLog(int rank, const comm::FlightRecorder& rec) {
   for (size_t i = entries.size() - n; i < entries.size(); ++i) {
     const auto& e = entries[i];
     const double ms = e.end_unix_ns > 0 ? (e.end_unix_ns - e.start_unix_ns) / 1e6 : -1;
+    std::string error = e.error.substr(0, 300);
+    std::replace(error.begin(), error.end(), '\n', ' ');
     spdlog::error("  #{} {} {} step {} via {}: {}{}{}", e.seq, e.op, comm::FormatBytes(e.bytes), e.step, e.transport,
                   e.state, ms >= 0 ? fmt::format(" after {:.1f} ms", ms) : std::string(" (never finished)"),
-                  e.error.empty() ? "" : ": " + e.error.substr(0, 200));
+                  error.empty() ? "" : ": " + error);
   }
 }
 
