@@ -1,0 +1,192 @@
+// SessionManager's read side: what a learner sees of a session (status,
+// merged trace, agent logs, flight recorders). Split from session_manager.cc,
+// which drives sessions; probes are in session_probe.cc.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "controller/run_metrics.h"
+#include "controller/session_manager.h"
+#include "faults/registry.h"
+
+namespace firedrill::controller {
+
+StatusOr<v1::SessionStatus> SessionManager::GetStatus(const std::string& id) {
+  auto sp = Find(id);
+  if (!sp.ok()) return sp.status();
+  Session& s = **sp;
+  std::lock_guard<std::mutex> lock(s.mu);
+  v1::SessionStatus st;
+  *st.mutable_session() = s.rec.info();
+  *st.mutable_run() = Summarize(s, opts_.status_window);
+  *st.mutable_baseline() = s.rec.baseline();
+  std::vector<v1::RankStatus> rows;
+  for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
+    const Rank& r = s.ranks[rank];
+    v1::RankStatus row;
+    row.set_rank(rank);
+    row.set_host(rank < s.rec.hosts_size() ? s.rec.hosts(rank) : r.host);
+    row.set_agent_id(r.agent_id);
+    row.set_pid(r.pid);
+    row.set_state(r.state);
+    row.set_message(r.message);
+    FillRankWindow(r.steps, opts_.status_window, &row);
+    if (!r.steps.empty() && r.state == "running") {
+      row.set_since_last_step_s(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - r.last_step_at).count());
+    }
+    rows.push_back(std::move(row));
+  }
+  MarkSlowRanks(opts_.slow_ratio, &rows);
+  for (auto& row : rows) *st.add_ranks() = std::move(row);
+  *st.mutable_verification() = s.rec.verification();
+  for (const auto& e : s.events) *st.add_events() = e;
+  if (s.rec.run_started_unix_ms() > 0) {
+    const int64_t end = s.rec.fix_applied_unix_ms() > 0 ? s.rec.fix_applied_unix_ms() : UnixNowMs();
+    st.set_elapsed_s((end - s.rec.run_started_unix_ms()) / 1000.0);
+  }
+  st.set_global_batch(s.rec.job().world_size() * s.rec.job().data().batch_size());
+  // Before the faulty run starts, rec.job is still the healthy baseline's;
+  // the learner only ever sees the config as deployed.
+  *st.mutable_job() = s.rec.job();
+  const std::string& state = s.rec.info().state();
+  if (state == "created" || state == "baseline") {
+    faults::ApplyFaultsToJob(std::vector<v1::ResolvedFault>(s.rec.faults().begin(), s.rec.faults().end()),
+                             st.mutable_job());
+  }
+  return st;
+}
+
+StatusOr<v1::TraceResponse> SessionManager::GetTrace(const v1::GetTraceRequest& req) {
+  auto sp = Find(req.session_id());
+  if (!sp.ok()) return sp.status();
+  Session& s = **sp;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (req.from_step() < 0 || (req.to_step() != 0 && req.to_step() <= req.from_step()))
+    return InvalidArgument("steps " + std::to_string(req.from_step()) + ":" + std::to_string(req.to_step()) +
+                           " is not a range (FROM:TO, TO exclusive and > FROM)");
+  v1::TraceResponse out;
+  out.set_session_id(req.session_id());
+  if (s.run) out.set_run(s.run->kind);
+  int64_t newest = -1;
+  for (const auto& r : s.ranks)
+    if (!r.steps.empty()) newest = std::max(newest, r.steps.back().step());
+  if (newest < 0) return FailedPrecondition("no steps recorded yet in this session's current run; try again shortly");
+  int64_t from = req.from_step(), to = req.to_step();
+  if (to == 0 && from == 0) {
+    const int last = req.last() > 0 ? req.last() : 20;
+    to = newest + 1;
+    from = std::max<int64_t>(0, to - last);
+  } else if (to == 0) {
+    to = newest + 1;
+  }
+  for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
+    const Rank& r = s.ranks[rank];
+    v1::RankTrace* t = out.add_ranks();
+    t->set_rank(rank);
+    t->set_host(rank < s.rec.hosts_size() ? s.rec.hosts(rank) : r.host);
+    for (const auto& st : r.steps)
+      if (st.step() >= from && st.step() < to) *t->add_steps() = st;
+  }
+  return out;
+}
+
+void SessionManager::OnFlightRecord(const std::string& agent_id, const v1::FlightRecord& record) {
+  auto s = SessionOfAgent(agent_id);
+  if (!s) return;
+  std::lock_guard<std::mutex> lock(s->mu);
+  if (record.request_id() != s->fr_request) return;  // a late answer to an earlier dump
+  for (int rank = 0; rank < static_cast<int>(s->ranks.size()); ++rank) {
+    if (s->ranks[rank].agent_id == agent_id) s->fr_replies[rank] = record;
+  }
+  s->cv.notify_all();
+}
+
+StatusOr<v1::FlightRecorderResponse> SessionManager::GetFlightRecorder(const v1::GetFlightRecorderRequest& req) {
+  auto sp = Find(req.session_id());
+  if (!sp.ok()) return sp.status();
+  Session& s = **sp;
+  const int64_t id = ++fr_counter_;
+  std::vector<std::pair<int, std::string>> agents;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.fr_request = id;
+    s.fr_replies.clear();
+    for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank)
+      if (!s.ranks[rank].agent_id.empty()) agents.emplace_back(rank, s.ranks[rank].agent_id);
+  }
+  v1::ControllerMessage msg;
+  msg.mutable_dump_flight_recorder()->set_request_id(id);
+  size_t sent = 0;
+  for (const auto& [rank, agent] : agents) sent += pool_->Send(agent, msg) ? 1 : 0;
+  std::unique_lock<std::mutex> lock(s.mu);
+  // Agents answer from their stream thread, even while their rank is stuck.
+  s.cv.wait_for(lock, std::chrono::seconds(3), [&] { return s.fr_replies.size() >= sent || s.fr_request != id; });
+  v1::FlightRecorderResponse out;
+  out.set_session_id(req.session_id());
+  for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
+    v1::RankFlightRecord* r = out.add_ranks();
+    r->set_rank(rank);
+    r->set_host(rank < s.rec.hosts_size() ? s.rec.hosts(rank) : s.ranks[rank].host);
+    auto it = s.fr_replies.find(rank);
+    if (it == s.fr_replies.end()) continue;
+    r->set_answered(true);
+    *r->mutable_entries() = it->second.entries();
+    r->set_unix_ns(it->second.unix_ns());
+  }
+  return out;
+}
+
+StatusOr<v1::LogsResponse> SessionManager::GetLogs(const v1::GetLogsRequest& req) {
+  auto sp = Find(req.session_id());
+  if (!sp.ok()) return sp.status();
+  Session& s = **sp;
+  std::string agent_id, host;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (req.rank() < 0 || req.rank() >= static_cast<int>(s.ranks.size()))
+      return InvalidArgument("rank " + std::to_string(req.rank()) + " is outside 0.." +
+                             std::to_string(s.ranks.size() - 1));
+    agent_id = s.ranks[req.rank()].agent_id;
+    host = req.rank() < s.rec.hosts_size() ? s.rec.hosts(req.rank()) : s.ranks[req.rank()].host;
+  }
+  if (agent_id.empty()) return FailedPrecondition("rank " + std::to_string(req.rank()) + " has no agent yet");
+  if (!opts_.local_launcher)
+    return FailedPrecondition("agent logs are kept on the agents' own machines (this controller did not launch them)");
+  const std::string path = opts_.state_dir + "/logs/" + agent_id + ".log";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("no log for rank " + std::to_string(req.rank()) + " (" + path + ")");
+  in.seekg(0, std::ios::end);
+  const int64_t size = static_cast<int64_t>(in.tellg());
+  int64_t from = req.offset();
+  std::string text;
+  if (from < 0) {
+    // The last N lines: read a generous tail and cut at line starts.
+    const int lines = req.tail_lines() > 0 ? req.tail_lines() : 50;
+    const int64_t start = std::max<int64_t>(0, size - 256 * 1024);
+    in.seekg(start);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+    size_t cut = text.size();
+    for (int n = 0; n <= lines && cut != std::string::npos && cut > 0; ++n) cut = text.rfind('\n', cut - 1);
+    if (cut != std::string::npos && cut + 1 < text.size() && cut > 0) text = text.substr(cut + 1);
+    from = size;
+  } else {
+    from = std::min(from, size);
+    const int64_t n = std::min<int64_t>(size - from, 1 << 20);
+    in.seekg(from);
+    text.resize(static_cast<size_t>(n));
+    in.read(text.data(), n);
+    from += n;
+  }
+  v1::LogsResponse out;
+  out.set_agent_id(agent_id);
+  out.set_host(host);
+  out.set_text(text);
+  out.set_next_offset(from);
+  return out;
+}
+
+}  // namespace firedrill::controller
