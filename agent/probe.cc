@@ -55,6 +55,15 @@ int64_t CountWrong(const at::Tensor& t, const std::function<float(int64_t)>& exp
   return wrong;
 }
 
+// Every rank's stop vote, summed: true when any rank was told to stop.
+StatusOr<bool> AnyStop(comm::ProcessGroup& g, const std::atomic<bool>* stop, int64_t step) {
+  at::Tensor flag = at::full({1}, stop && stop->load() ? 1.0f : 0.0f, at::kFloat);
+  FD_RETURN_IF_ERROR(g.AllReduceSum(flag, step));
+  return flag.item<float>() > 0;
+}
+
+Status Stopped() { return Status(StatusCode::kCancelled, "probe stopped: the job was told to stop"); }
+
 std::string Where(const comm::ProcessGroup& g, const std::string& op, int64_t bytes) {
   return "probe " + op + " (" + comm::FormatBytes(bytes) + ") on rank " + std::to_string(g.rank());
 }
@@ -66,10 +75,14 @@ Status Collective(comm::ProcessGroup& g, const std::string& op, at::Tensor& in, 
   return g.ReduceScatterSum(in, out, step);
 }
 
-Status Sweep(comm::ProcessGroup& g, const v1::ProbeSpec& spec, int64_t step, v1::ProbeReport* out) {
+Status Sweep(comm::ProcessGroup& g, const v1::ProbeSpec& spec, int64_t step, v1::ProbeReport* out,
+             const std::atomic<bool>* stop) {
   const int n = g.world_size(), r = g.rank();
   const std::string& op = spec.op();
   for (int64_t size : ProbeSizes(spec)) {
+    auto any_stop = AnyStop(g, stop, step);
+    if (!any_stop.ok()) return any_stop.status();
+    if (*any_stop) return Stopped();
     // nccl-tests' size is the whole buffer; all-gather and reduce-scatter
     // split it evenly over the ranks.
     int64_t count = std::max<int64_t>(1, size / 4);
@@ -122,18 +135,21 @@ Status Sweep(comm::ProcessGroup& g, const v1::ProbeSpec& spec, int64_t step, v1:
 // Each ordered pair alone: every rank meets at a one-float all-reduce, then
 // the sender streams `iters` messages and waits for the receiver's one-float
 // acknowledgement, which bounds the time by the last message's arrival.
-Status PointToPoint(comm::ProcessGroup& g, const v1::ProbeSpec& spec, int64_t step, v1::ProbeReport* out) {
+Status PointToPoint(comm::ProcessGroup& g, const v1::ProbeSpec& spec, int64_t step, v1::ProbeReport* out,
+                    const std::atomic<bool>* stop) {
   const int n = g.world_size(), r = g.rank();
   const int64_t count = std::max<int64_t>(1, spec.max_bytes() / 4);
   at::Tensor buf = Filled(r, 0, count);
   at::Tensor ack = at::zeros({1}, at::kFloat);
-  at::Tensor sync = at::zeros({1}, at::kFloat);
   int tag = 0;
   for (int src = 0; src < n; ++src) {
     for (int dst = 0; dst < n; ++dst) {
       if (src == dst) continue;
       ++tag;
-      FD_RETURN_IF_ERROR(g.AllReduceSum(sync, step));
+      // Also the pair's starting line: nobody sends before everyone is here.
+      auto any_stop = AnyStop(g, stop, step);
+      if (!any_stop.ok()) return any_stop.status();
+      if (*any_stop) return Stopped();
       if (r == src) {
         for (int i = 0; i < spec.warmup_iters(); ++i) FD_RETURN_IF_ERROR(g.Send(buf, dst, tag, step));
         FD_RETURN_IF_ERROR(g.Recv(ack, dst, tag, step));
@@ -164,7 +180,8 @@ Status PointToPoint(comm::ProcessGroup& g, const v1::ProbeSpec& spec, int64_t st
 
 }  // namespace
 
-Status RunProbe(comm::ProcessGroup& group, const v1::ProbeSpec& spec, int64_t step, v1::ProbeReport* out) {
+Status RunProbe(comm::ProcessGroup& group, const v1::ProbeSpec& spec, int64_t step, v1::ProbeReport* out,
+                const std::atomic<bool>* stop) {
   out->set_rank(group.rank());
   out->set_step(step);
   out->set_transport("gloo");
@@ -172,10 +189,10 @@ Status RunProbe(comm::ProcessGroup& group, const v1::ProbeSpec& spec, int64_t st
   try {
     if (spec.op() == "p2p") {
       if (group.world_size() < 2) return FailedPrecondition("probe p2p needs at least 2 ranks");
-      return PointToPoint(group, spec, step, out);
+      return PointToPoint(group, spec, step, out, stop);
     }
     if (spec.op() == "allreduce" || spec.op() == "allgather" || spec.op() == "reducescatter")
-      return Sweep(group, spec, step, out);
+      return Sweep(group, spec, step, out, stop);
   } catch (const std::exception& e) {
     return Internal(Where(group, spec.op(), spec.max_bytes()) + ": " + e.what());
   }

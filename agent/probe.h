@@ -50,8 +50,11 @@ class ProbeMailbox {
 // Runs `spec` on `group` (every rank at once) and fills this rank's part of
 // the report: per size its mean time per iteration and its count of wrong
 // elements; for p2p, the pairs it sent (time) and received (wrong). The
-// spec must be complete (controller/probe_spec.h fills the defaults).
-Status RunProbe(comm::ProcessGroup& group, const v1::ProbeSpec& spec, int64_t step, v1::ProbeReport* out);
+// spec must be complete (controller/probe_merge.h fills the defaults).
+// Before each size (each pair) the ranks all-reduce their `stop` flags, so
+// a job told to stop leaves a long probe together, at the same point.
+Status RunProbe(comm::ProcessGroup& group, const v1::ProbeSpec& spec, int64_t step, v1::ProbeReport* out,
+                const std::atomic<bool>* stop = nullptr);
 
 // The sizes a sweep visits: min, min x factor, ... up to max.
 std::vector<int64_t> ProbeSizes(const v1::ProbeSpec& spec);

@@ -123,7 +123,7 @@ struct Trainer::Impl {
   Status SaveCheckpoint(comm::ProcessGroup& pg, const DataLoader& loader, int64_t steps);
   // After `steps` steps, when some rank voted for a probe: runs it on a
   // fresh group of its own and reports; a failure is reported, not returned.
-  void RunProbes(comm::ProcessGroup& pg, int64_t steps);
+  void RunProbes(comm::ProcessGroup& pg, int64_t steps, const std::atomic<bool>& stop);
   int64_t probe_rounds = 0;
   std::string who() const { return "rank " + std::to_string(rank); }
 };
@@ -561,7 +561,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         report.set_collective_seq(pg.seq());
         on_step(report);
       }
-      if (rs.probe) RunProbes(pg, step + 1);
+      if (rs.probe) RunProbes(pg, step + 1, stop);
       if (rs.stop) {
         ++step;
         break;
@@ -576,7 +576,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
   return Status::Ok();
 }
 
-void Trainer::Impl::RunProbes(comm::ProcessGroup& pg, int64_t steps) {
+void Trainer::Impl::RunProbes(comm::ProcessGroup& pg, int64_t steps, const std::atomic<bool>& stop) {
   // Every rank is here after the same step. A rank whose copy of the
   // request has not arrived yet waits for it; one that never comes fails the
   // probe on every rank (they disagree on the request below, or the group
@@ -606,7 +606,10 @@ void Trainer::Impl::RunProbes(comm::ProcessGroup& pg, int64_t steps) {
                        std::to_string(static_cast<int64_t>(ids.item<double>())) + ")");
     }
     if (!req) return DeadlineExceeded("no probe request arrived");
-    return RunProbe(**group, req->spec(), steps, &report);
+    v1::ProbeReport started = report;
+    started.set_started(true);
+    opts.probes->Report(started);
+    return RunProbe(**group, req->spec(), steps, &report, &stop);
   }();
   if (!st.ok()) {
     report.clear_rows();

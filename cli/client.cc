@@ -71,7 +71,7 @@ StatusOr<v1::FlightRecorderResponse> DrillClient::GetFlightRecorder(const std::s
 }
 
 StatusOr<v1::RunProbeResponse> DrillClient::RunProbe(const v1::RunProbeRequest& req) {
-  return Call(&v1::Drill::Stub::RunProbe, req, std::chrono::milliseconds(std::chrono::seconds(120)));
+  return Call(&v1::Drill::Stub::RunProbe, req, std::chrono::milliseconds(std::chrono::minutes(11)));
 }
 
 StatusOr<v1::SubmitDiagnosisResponse> DrillClient::SubmitDiagnosis(const v1::SubmitDiagnosisRequest& req) {

@@ -28,7 +28,7 @@ class DrillClient {
   StatusOr<v1::TraceResponse> GetTrace(const v1::GetTraceRequest& req);
   StatusOr<v1::LogsResponse> GetLogs(const v1::GetLogsRequest& req);
   StatusOr<v1::FlightRecorderResponse> GetFlightRecorder(const std::string& session_id);
-  // Waits for a step boundary and the sweep: up to two minutes.
+  // Waits for a step boundary (a minute) and the sweep (ten).
   StatusOr<v1::RunProbeResponse> RunProbe(const v1::RunProbeRequest& req);
   StatusOr<v1::SubmitDiagnosisResponse> SubmitDiagnosis(const v1::SubmitDiagnosisRequest& req);
   StatusOr<v1::ApplyFixResponse> ApplyFix(const v1::ApplyFixRequest& req);

@@ -60,12 +60,8 @@ std::string Bytes(int64_t n) {
 }
 
 void PrintScenarios(const v1::ListScenariosResponse& r, std::ostream& out) {
-  Table t({"ID", "TITLE", "BAND", "RANKS", "SKILLS"});
-  for (const auto& s : r.scenarios()) {
-    std::string skills;
-    for (const auto& k : s.skills()) skills += (skills.empty() ? "" : "; ") + k;
-    t.Add({s.id(), s.title(), s.band(), std::to_string(s.world_size()), skills});
-  }
+  Table t({"ID", "TITLE", "BAND", "RANKS"});
+  for (const auto& s : r.scenarios()) t.Add({s.id(), s.title(), s.band(), std::to_string(s.world_size())});
   t.Print(out);
 }
 

@@ -129,9 +129,11 @@ std::vector<v1::ScenarioSummary> SessionManager::ListScenarios() const {
     s.set_id(sc.id());
     s.set_title(sc.title());
     s.set_band(sc.band());
-    *s.mutable_skills() = sc.skills();
     s.set_world_size(sc.job().world_size());
-    s.set_runbook(sc.runbook());
+    // No skills and no runbook here: a drill's skill atoms name its topic
+    // and there is one runbook per fault kind, so either gives the answer
+    // away. Instructors read skills with `firedrill scenarios coverage`
+    // (from the files); the score names the runbook.
     out.push_back(std::move(s));
   }
   return out;
@@ -313,13 +315,13 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
     AddEvent(s, "verification_remeasure", -1,
              "throughput below the floor with balanced ranks (" + v.detail() +
                  "); measuring the healthy job and the fix again, back to back");
-    const v1::JobSpec fixed = s.rec.job();
-    *s.rec.mutable_job() = s.healthy_job;
-    Status bst = RunJob(s, lock, "baseline", RunLength(sc), false);
-    *s.rec.mutable_job() = fixed;
+    Status bst = RunJob(s, lock, "baseline", RunLength(sc), false, &s.healthy_job);
     if (s.end_requested) return abort("ended during verification");
     v1::RunSummary fresh = s.rec.baseline();
-    if (bst.ok()) {
+    if (!bst.ok()) {
+      AddEvent(s, "baseline", -1, "re-measuring the healthy job failed (" + bst.message() +
+                                      "); the fix is judged against the first baseline");
+    } else {
       const WindowStats b = MeasureWindow(StepsByRank(s), sc.verify().warmup_steps(), sc.verify().window_steps(),
                                           s.healthy_job.world_size() * s.healthy_job.data().batch_size());
       if (b.steps > 0) {
@@ -435,7 +437,8 @@ Status SessionManager::EnsureAgents(Session& s, Lock& lock) {
   return Status::Ok();
 }
 
-void SessionManager::StartRun(Session& s, const std::string& kind, int64_t steps, bool with_faults) {
+void SessionManager::StartRun(Session& s, const std::string& kind, int64_t steps, bool with_faults,
+                              const v1::JobSpec* job_spec) {
   Run run;
   run.id = s.rec.info().session_id() + "-" + kind + "-" + std::to_string(++s.run_counter);
   run.kind = kind;
@@ -451,7 +454,7 @@ void SessionManager::StartRun(Session& s, const std::string& kind, int64_t steps
     v1::RunJob* job = msg.mutable_run();
     job->set_run_id(run.id);
     job->set_rank(rank);
-    *job->mutable_job() = s.rec.job();
+    *job->mutable_job() = job_spec ? *job_spec : s.rec.job();
     job->set_seed(s.rec.info().seed());
     job->set_max_steps(steps);
     if (with_faults) {
@@ -485,12 +488,14 @@ bool SessionManager::RunOver(const Session& s) const {
 }
 
 // Runs a job to its end. OK only if every rank finished.
-Status SessionManager::RunJob(Session& s, Lock& lock, const std::string& kind, int64_t steps, bool with_faults) {
-  StartRun(s, kind, steps, with_faults);
+Status SessionManager::RunJob(Session& s, Lock& lock, const std::string& kind, int64_t steps, bool with_faults,
+                              const v1::JobSpec* job_spec) {
+  StartRun(s, kind, steps, with_faults, job_spec);
   // Steps take milliseconds here: half a minute without one is a hang, even
   // when the job's own collective timeout (possibly PyTorch's 30 min) has
   // not expired yet.
-  const auto hang_after = std::chrono::duration<double>(std::min(s.rec.job().comm().timeout_s() + 15.0, 30.0));
+  const v1::JobSpec& job = job_spec ? *job_spec : s.rec.job();
+  const auto hang_after = std::chrono::duration<double>(std::min(job.comm().timeout_s() + 15.0, 30.0));
   while (!s.end_requested && !RunOver(s)) {
     s.cv.wait_for(lock, std::chrono::milliseconds(500));
     if (std::chrono::steady_clock::now() - s.run->last_progress > hang_after) {

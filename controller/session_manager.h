@@ -116,6 +116,7 @@ class SessionManager : public AgentListener {
     std::mutex probe_mu;                     // one probe at a time
     int64_t probe_request = 0;               // the probe being collected
     std::map<int, v1::ProbeReport> probe_replies;  // by rank
+    std::set<int> probe_started;             // ranks that began the probe
     std::thread driver;
   };
   using Lock = std::unique_lock<std::mutex>;
@@ -129,8 +130,12 @@ class SessionManager : public AgentListener {
   void Drive(std::shared_ptr<Session> s);
   Status LaunchRank(Session& s, Lock& lock, int rank, const std::string& host);
   Status EnsureAgents(Session& s, Lock& lock);
-  Status RunJob(Session& s, Lock& lock, const std::string& kind, int64_t steps, bool with_faults);
-  void StartRun(Session& s, const std::string& kind, int64_t steps, bool with_faults);
+  // `job`: run this instead of the session's job (which the learner reads
+  // through status and config, so it is never swapped out).
+  Status RunJob(Session& s, Lock& lock, const std::string& kind, int64_t steps, bool with_faults,
+                const v1::JobSpec* job = nullptr);
+  void StartRun(Session& s, const std::string& kind, int64_t steps, bool with_faults,
+                const v1::JobSpec* job = nullptr);
   bool RunOver(const Session& s) const;
   // finished/failed once every rank has ended.
   void UpdateRunState(Session& s);

@@ -17,7 +17,9 @@ void SessionManager::OnProbeReport(const std::string& agent_id, const v1::ProbeR
   std::lock_guard<std::mutex> lock(s->mu);
   if (report.request_id() != s->probe_request) return;  // an abandoned probe's late answer
   for (int rank = 0; rank < static_cast<int>(s->ranks.size()); ++rank) {
-    if (s->ranks[rank].agent_id == agent_id) s->probe_replies[rank] = report;
+    if (s->ranks[rank].agent_id != agent_id) continue;
+    if (report.started()) s->probe_started.insert(rank);
+    else s->probe_replies[rank] = report;
   }
   s->cv.notify_all();
 }
@@ -53,6 +55,7 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunProbe(const v1::RunProbeReques
     }
     s.probe_request = id;
     s.probe_replies.clear();
+    s.probe_started.clear();
   }
   v1::ControllerMessage msg;
   auto* p = msg.mutable_probe();
@@ -60,17 +63,34 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunProbe(const v1::RunProbeReques
   p->set_run_id(run_id);
   *p->mutable_spec() = *spec;
   for (const auto& [rank, agent] : agents) {
-    if (!pool_->Send(agent, msg)) return Unavailable("rank " + std::to_string(rank) + "'s agent is not connected");
+    if (!pool_->Send(agent, msg)) {
+      // The ranks that got it wait for this one at the boundary, then all
+      // fail the probe: nothing to collect.
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.probe_request = 0;
+      return Unavailable("rank " + std::to_string(rank) + "'s agent is not connected; the probe was not run");
+    }
   }
 
-  // A healthy job reaches a step boundary within a step; the sweep itself
-  // takes seconds. A job that makes no progress never runs it.
-  constexpr auto kWait = std::chrono::seconds(90);
+  // A healthy job reaches a step boundary within a step: every rank says
+  // when it begins. The sweep itself may then take minutes (large sizes
+  // over a slow link). A job that makes no progress never begins it; a
+  // failure on any rank fails it on all.
   std::unique_lock<std::mutex> lock(s.mu);
-  s.cv.wait_for(lock, kWait, [&] {
-    return s.probe_replies.size() >= agents.size() || !s.run || s.run->id != run_id ||
-           (s.run->state != "running" && s.run->state != "starting");
+  auto over = [&] {
+    if (!s.run || s.run->id != run_id || (s.run->state != "running" && s.run->state != "starting")) return true;
+    for (const auto& [rank, r] : s.probe_replies)
+      if (!r.error().empty()) return true;
+    return false;
+  };
+  const bool begun = s.cv.wait_for(lock, std::chrono::seconds(60), [&] {
+    return over() || s.probe_started.size() + s.probe_replies.size() >= agents.size();
   });
+  bool done = false;
+  if (begun) {
+    done = s.cv.wait_for(lock, std::chrono::minutes(10),
+                         [&] { return over() || s.probe_replies.size() >= agents.size(); });
+  }
   s.probe_request = 0;
   std::vector<v1::ProbeReport> reports;
   std::string missing, errors;
@@ -88,7 +108,11 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunProbe(const v1::RunProbeReques
   if (!errors.empty()) return Unavailable("probe " + spec->op() + " failed: " + errors);
   if (!missing.empty()) {
     if (!s.run || s.run->id != run_id || s.run->state != "running")
-      return Unavailable("the job ended before ranks " + missing + " ran the probe");
+      return Unavailable("the job ended before ranks " + missing + " finished the probe");
+    if (begun && !done)
+      return DeadlineExceeded("the probe was still running on ranks " + missing + " after " +
+                              std::to_string(static_cast<int>(waited_s)) +
+                              " s; ask for fewer sizes or iterations (-e, -n)");
     return DeadlineExceeded("ranks " + missing + " did not reach a step boundary within " +
                             std::to_string(static_cast<int>(waited_s)) +
                             " s: probes run between training steps, so a job that makes no progress cannot run "
