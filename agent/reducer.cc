@@ -143,12 +143,8 @@ void Reducer::Impl::LaunchReady() {
 
 void Reducer::Impl::Launch(size_t b) {
   if (!error.ok()) return;  // a failed collective: later ones would only pile up
-  // The votes ride in one float, scaled with the gradients: stop counts 1
-  // and probe counts world + 1, so the sum (times world) says how many
-  // ranks voted for each.
   if (b + 1 == buffers.size())
-    buffers[b].data_ptr<float>()[buffers[b].numel() - 1] =
-        static_cast<float>((stop ? 1 : 0) + (probe ? opts.world_size + 1 : 0));
+    buffers[b].data_ptr<float>()[buffers[b].numel() - 1] = EncodeVotes(stop, probe, opts.world_size);
   // Average as DDP does, before the sum: each rank contributes g / world.
   auto p = pg->StartAllReduceSum(buffers[b], step, 1.0 / opts.world_size);
   if (!p.ok()) {
@@ -244,6 +240,16 @@ Status Reducer::Bind(comm::ProcessGroup* pg) {
   return Status::Ok();
 }
 
+float EncodeVotes(bool stop, bool probe, int world) {
+  return static_cast<float>((stop ? 1 : 0) + (probe ? world + 1 : 0));
+}
+
+void DecodeVotes(float reduced, int world, bool* stop, bool* probe) {
+  const int64_t votes = std::llround(static_cast<double>(reduced) * world);
+  *stop = votes % (world + 1) > 0;
+  *probe = votes / (world + 1) > 0;
+}
+
 void Reducer::Prepare(comm::ProcessGroup* pg, int64_t step, bool sync, bool stop, bool probe) {
   Impl& m = *impl_;
   m.pg = pg;
@@ -292,9 +298,7 @@ StatusOr<ReduceStats> Reducer::Finish() {
   }
   if (!first_error.ok()) return first_error;
   const auto& flag = m.buffers.back();
-  const int64_t votes = std::llround(static_cast<double>(flag.data_ptr<float>()[flag.numel() - 1]) * m.opts.world_size);
-  stats.stop = votes % (m.opts.world_size + 1) > 0;
-  stats.probe = votes / (m.opts.world_size + 1) > 0;
+  DecodeVotes(flag.data_ptr<float>()[flag.numel() - 1], m.opts.world_size, &stats.stop, &stats.probe);
   stats.exposed_ms = Ms(Clock::now() - t0);
   return stats;
 }

@@ -56,6 +56,13 @@ struct BucketTiming {
   std::chrono::steady_clock::time_point launched, completed;
 };
 
+// The ranks' votes ride in one float at the end of the last gradient bucket,
+// all-reduced with it (each rank's value times 1/world, then summed): stop
+// counts 1 and probe counts world + 1, so world x the sum says how many ranks
+// voted for each.
+float EncodeVotes(bool stop, bool probe, int world);
+void DecodeVotes(float reduced, int world, bool* stop, bool* probe);
+
 struct ReduceStats {
   bool stop = false;      // some rank asked to stop (flag rides in the last bucket)
   bool probe = false;     // some rank has a communication probe waiting (same flag)

@@ -476,8 +476,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     }
     s->set_factor(probe_factor);
     s->set_iters(probe_iters);
-    // 0 warm-up iterations is a valid request; the proto's 0 means "default".
-    if (probe_warmup == 0) return Fail(ctx, InvalidArgument("--warmup must be at least 1"));
+    // The request's 0 means "the default (5)", so no warm-up cannot be asked for.
+    if (probe_warmup == 0) return Fail(ctx, InvalidArgument("--warmup must be at least 1 (the default is 5)"));
     s->set_warmup_iters(probe_warmup < 0 ? 0 : probe_warmup);
     return PrintOr(ctx, client.RunProbe(req), &PrintProbe);
   }

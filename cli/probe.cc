@@ -22,7 +22,9 @@ StatusOr<int64_t> ParseSize(const std::string& text) {
       default: return InvalidArgument("bad size suffix in '" + text + "'; use K, M or G");
     }
   }
-  if (pos > 12) return InvalidArgument("size '" + text + "' is too large");
+  // Checked before multiplying: the controller caps sizes at 256 MiB anyway.
+  if (pos > 12 || std::stoll(text.substr(0, pos)) > (int64_t{1} << 40) / mult)
+    return InvalidArgument("size '" + text + "' is too large");
   return std::stoll(text.substr(0, pos)) * mult;
 }
 

@@ -317,8 +317,9 @@ Status ProcessGroup::AllGather(const at::Tensor& in, at::Tensor& out, int64_t st
   const int n = opts_.world_size;
   const auto info = BeginSync("allgather", Bytes(out), RingLinkBytes("allgather", Bytes(out), n), step);
   if (!impl_->pg) return FailedPrecondition(Label(info) + ": process group not connected");
-  if (out.numel() != in.numel() * n || !out.is_contiguous() || !in.is_contiguous())
-    return InvalidArgument(Label(info) + ": output must hold world x input elements, contiguous");
+  if (in.dim() != 1 || out.dim() != 1 || out.numel() != in.numel() * n || !out.is_contiguous() ||
+      !in.is_contiguous())
+    return InvalidArgument(Label(info) + ": output must hold world x input elements, both contiguous 1-D");
   try {
     std::vector<at::Tensor> inputs{in};
     std::vector<std::vector<at::Tensor>> outputs(1);
@@ -334,8 +335,9 @@ Status ProcessGroup::ReduceScatterSum(const at::Tensor& in, at::Tensor& out, int
   const int n = opts_.world_size;
   const auto info = BeginSync("reducescatter", Bytes(in), RingLinkBytes("reducescatter", Bytes(in), n), step);
   if (!impl_->pg) return FailedPrecondition(Label(info) + ": process group not connected");
-  if (in.numel() != out.numel() * n || !out.is_contiguous() || !in.is_contiguous())
-    return InvalidArgument(Label(info) + ": input must hold world x output elements, contiguous");
+  if (in.dim() != 1 || out.dim() != 1 || in.numel() != out.numel() * n || !out.is_contiguous() ||
+      !in.is_contiguous())
+    return InvalidArgument(Label(info) + ": input must hold world x output elements, both contiguous 1-D");
   try {
     // Part r of every rank lands on rank r, ordered by sender; summing the
     // parts leaves this rank's slice of the reduction.
@@ -363,6 +365,9 @@ Status ProcessGroup::Send(const at::Tensor& t, int peer, int tag, int64_t step) 
 }
 
 Status ProcessGroup::Recv(at::Tensor& t, int peer, int tag, int64_t step) {
+  if (!impl_->pg)
+    return FailedPrecondition("rank " + std::to_string(opts_.rank) + ": recv from rank " + std::to_string(peer) +
+                              ": process group not connected");
   try {
     std::vector<at::Tensor> args{t};
     impl_->pg->recv(args, peer, tag)->wait();
@@ -506,7 +511,10 @@ StatusOr<PendingCollective> ProcessGroup::Start(const char* op, const at::Tensor
   });
   if (!deferred) {
     st->handed = true;
-    FD_RETURN_IF_ERROR(Launch(*st, root, prescale));
+    if (Status s = Launch(*st, root, prescale); !s.ok()) {
+      if (opts_.recorder) opts_.recorder->Finished(st->info.seq, s.message());
+      return s;
+    }
   }
   PendingCollective p;
   p.state_ = std::move(st);

@@ -52,8 +52,9 @@ class PendingCollective {
   bool valid() const { return state_ != nullptr; }
   int64_t seq() const;
   int64_t bytes() const;
-  // When the collective was handed to the backend, and when the backend
-  // finished it (set by the backend's thread; valid once Wait() returned).
+  // When the collective was started (on every rank alike; a degraded link
+  // may hand it to the backend later), and when the backend finished it
+  // (set by the backend's thread; valid once Wait() returned).
   std::chrono::steady_clock::time_point launched() const;
   std::chrono::steady_clock::time_point completed() const;
 
@@ -110,7 +111,7 @@ class ProcessGroup {
   StatusOr<at::Tensor> AllocateShared(int64_t numel);
   bool shared_memory() const;
 
-  // Synchronous collectives for probes (Gloo only; fp32, contiguous).
+  // Synchronous collectives for probes (Gloo only; contiguous 1-D tensors).
   // All-gather: `out` holds world x in.numel() elements, rank r's part at
   // r x in.numel(). Reduce-scatter (sum): `in` holds world equal parts and
   // rank r gets the sum of everyone's part r in `out`. Gloo in LibTorch 1.13

@@ -357,5 +357,27 @@ TEST(ShmAllReduceTest, AnyRankOptingOutKeepsAllOnGloo) {
   });
 }
 
+TEST(VotesTest, EveryMixOfStopAndProbeVotesDecodesAfterTheScaledFp32Sum) {
+  // As the all-reduce computes it: each rank's value times 1/world in fp32,
+  // summed in fp32 in some order (1/3, 1/5, 1/7 are inexact).
+  for (int world : {1, 2, 3, 4, 5, 7, 8, 16}) {
+    for (int stops = 0; stops <= world; ++stops) {
+      for (int probes = 0; probes <= world; ++probes) {
+        for (bool reversed : {false, true}) {
+          float sum = 0;
+          for (int i = 0; i < world; ++i) {
+            const int r = reversed ? world - 1 - i : i;
+            sum += EncodeVotes(r < stops, r >= world - probes, world) * (1.0f / static_cast<float>(world));
+          }
+          bool stop = false, probe = false;
+          DecodeVotes(sum, world, &stop, &probe);
+          EXPECT_EQ(stop, stops > 0) << "world " << world << " stops " << stops << " probes " << probes;
+          EXPECT_EQ(probe, probes > 0) << "world " << world << " stops " << stops << " probes " << probes;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace firedrill::agent
