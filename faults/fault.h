@@ -73,10 +73,12 @@ class Fault {
   // The network interface this node's environment tells Gloo to bind ("" =
   // none); the job's comm.socket_ifname, when set, wins.
   virtual std::string SocketIfname() const { return ""; }
-  // Time this rank's degraded link adds to a collective it takes part in;
-  // the collective layer waits it before handing the rank's part to the
-  // transport, off the training thread, so every rank sees the collective
-  // finish late.
+  // Time this rank's degraded link adds to a collective it takes part in.
+  // The collective layer waits it before handing the rank's part to the
+  // transport (asynchronous all-reduces: on a launch thread, so backward is
+  // not held up; synchronous ones such as barriers and probe collectives: on
+  // the calling thread; a receive: after the data arrived), so every rank
+  // sees the collective finish late.
   virtual Nanos LinkDelay(const CollectiveInfo&) const { return Nanos(0); }
 };
 

@@ -3,8 +3,9 @@
 // or keeps taking symbol errors). Every collective this host's rank takes
 // part in costs a fixed latency plus the bytes the rank moves over its link
 // at the capped bandwidth. The delay is taken inside the collective layer
-// (before the rank hands its part to the transport, off the training
-// thread), so the collective completes late on every rank: communication
+// (before the rank hands its part to the transport; for the gradient
+// all-reduces on a launch thread, so backward is not held up), so the
+// collective completes late on every rank: communication
 // time rises everywhere, compute stays normal, and only a probe that isolates
 // pairs of ranks points at the host.
 #pragma once
