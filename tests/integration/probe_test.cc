@@ -173,7 +173,7 @@ TEST(Probe, ASlowLinkSlowsEveryRanksCommunicationAndP2pPointsAtItsHost) {
   f.set_host("node-2");
   f.set_trigger_step(0);
   f.mutable_slow_link()->set_latency_us(200);
-  f.mutable_slow_link()->set_bandwidth_gbps(0.01);
+  f.mutable_slow_link()->set_bandwidth_gbps(0.005);
   slow_cfg[2].faults = {f};
   const v1::ProbeSpec p2p = Spec("p2p", 1 << 18, 1 << 18, 4);
   const Probed healthy = RunWithProbes(job, {{30, p2p}}, healthy_cfg);
@@ -187,8 +187,9 @@ TEST(Probe, ASlowLinkSlowsEveryRanksCommunicationAndP2pPointsAtItsHost) {
     return Median(v);
   };
   for (int r = 0; r < 4; ++r) {
-    // ~26k parameters: 2 x 3/4 x 105 kB at 0.01 GB/s is 16 ms more per
-    // all-reduce, on every rank, against a few ms healthy (4 ranks on 2 cores).
+    // ~26k parameters: 2 x 3/4 x 105 kB at 0.005 GB/s is 32 ms more per
+    // all-reduce, on every rank, against 4-12 ms healthy (4 ranks on 2
+    // cores; more when the machine is busy).
     EXPECT_GT(phase(slow.res[r], true), 2.0 * phase(healthy.res[r], true)) << "rank " << r;
     // Compute is the same everywhere (a generous bound on shared cores).
     EXPECT_LT(phase(slow.res[r], false), 2.0 * phase(healthy.res[r], false) + 0.5) << "rank " << r;
