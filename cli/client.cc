@@ -14,6 +14,8 @@ bool DrillClient::Reachable(std::chrono::milliseconds wait) {
 
 Status DrillClient::FromGrpc(const grpc::Status& st) const {
   if (st.ok()) return Status::Ok();
+  // The controller's own error (see controller ToGrpc): its message says it.
+  if (st.error_details() == "firedrill") return Status(static_cast<StatusCode>(st.error_code()), st.error_message());
   if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
     return Unavailable("no controller answers at " + address_ +
                        "; start one with `firedrill up` or point to one with --controller ADDR");

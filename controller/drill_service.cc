@@ -4,7 +4,11 @@ namespace firedrill::controller {
 
 grpc::Status ToGrpc(const Status& st) {
   if (st.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(st.code()), st.message());
+  // The details mark the error as the controller's own, so that a client
+  // can tell "probe ... did not reach a step boundary" (DEADLINE_EXCEEDED)
+  // or "rank 2's agent is not connected" (UNAVAILABLE) from gRPC's own
+  // transport errors with the same codes.
+  return grpc::Status(static_cast<grpc::StatusCode>(st.code()), st.message(), "firedrill");
 }
 
 namespace {
