@@ -290,6 +290,7 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
   // decide; faults may start late, so keep looking for a while.
   AutopilotFinding finding;
   int agree = 0;
+  int64_t last_newest = -2;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
   while (std::chrono::steady_clock::now() < deadline && agree < 3) {
     std::this_thread::sleep_for(std::chrono::milliseconds(700));
@@ -303,8 +304,14 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     }
     if (!full && !failed) continue;
     // A job that stopped moving first: its last window's phase times are
-    // stale and say nothing about why.
+    // stale and say nothing about why. Until it has been still long enough
+    // to call it hung, a look at an unchanged window is no new evidence.
+    int64_t newest = -1;
+    for (const auto& r : st->ranks()) newest = std::max<int64_t>(newest, r.step());
+    const bool moved = newest != last_newest;
+    last_newest = newest;
     AutopilotFinding now;
+    if (!LooksHung(*st) && !failed && !moved) continue;
     if (LooksHung(*st)) {
       auto fr = client.GetFlightRecorder(id);
       if (fr.ok()) now = ReasonHang(*st, *fr);
