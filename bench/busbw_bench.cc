@@ -16,6 +16,7 @@
 
 #include "agent/comm/process_group.h"
 #include "agent/probe.h"
+#include "common/stats.h"
 
 using namespace firedrill;
 using namespace firedrill::agent;
@@ -28,11 +29,6 @@ int64_t Size(const char* s) {
   if (*end == 'K' || *end == 'k') v <<= 10;
   if (*end == 'M' || *end == 'm') v <<= 20;
   return v;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <map>
 
+#include "common/stats.h"
+
 namespace firedrill::cli {
 
 StatusOr<int64_t> ParseSize(const std::string& text) {
@@ -153,8 +155,8 @@ P2pAnalysis AnalyzeP2p(const v1::RunProbeResponse& r) {
     }
   }
   if (bw.empty()) return a;
+  a.median_gbps = Median(bw);
   std::sort(bw.begin(), bw.end());
-  a.median_gbps = bw.size() % 2 ? bw[bw.size() / 2] : (bw[bw.size() / 2 - 1] + bw[bw.size() / 2]) / 2;
   a.upper_quartile_gbps = bw[std::min(bw.size() - 1, bw.size() * 3 / 4)];
   for (int rank = 0; rank < r.world_size(); ++rank) {
     int pairs = 0, slow = 0;

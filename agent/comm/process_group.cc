@@ -12,6 +12,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -119,7 +120,7 @@ class LinkQueue {
 // What a rank moves over its link for one collective, as a ring would.
 int64_t RingLinkBytes(const char* op, int64_t bytes, int world) {
   if (world <= 1) return 0;
-  const std::string o = op;
+  const std::string_view o = op;
   if (o == "allreduce") return 2 * bytes * (world - 1) / world;
   if (o == "allgather" || o == "reducescatter") return bytes * (world - 1) / world;
   if (o == "barrier") return 0;

@@ -88,50 +88,41 @@ TEST_F(ScenarioTest, AutopilotSolvesEveryScenarioFromTheEvidence) {
   }
 }
 
-TEST_F(ScenarioTest, AWrongFixFailsVerification) {
-  // Padding waste "fixed" with more loader workers: the batches are still
-  // padded, so the job stays slow.
-  auto info = StartRunning(c(), "new-text-pipeline", 32);
+// Diagnoses `cause` and applies `key=value` on a fresh session of `scenario`:
+// a plausible fix for a different cause of the same class. Verification must
+// fail it, and the diagnosis earns only the class credit.
+void ExpectWrongFixFails(cli::DrillClient& c, const std::string& scenario, int64_t seed, const std::string& cause,
+                         const std::string& key, const std::string& value) {
+  auto info = StartRunning(c, scenario, seed);
   ASSERT_TRUE(info.ok()) << info.status().message();
   v1::SubmitDiagnosisRequest d;
   d.set_session_id(info->session_id());
-  d.set_cause("data-loader-starvation");
-  ASSERT_TRUE(c().SubmitDiagnosis(d).ok());
+  d.set_cause(cause);
+  ASSERT_TRUE(c.SubmitDiagnosis(d).ok());
   v1::ApplyFixRequest fix;
   fix.set_session_id(info->session_id());
   auto* s = fix.add_settings();
-  s->set_key("data.num_workers");
-  s->set_value("8");
-  auto score = FixAndScore(c(), fix);
+  s->set_key(key);
+  s->set_value(value);
+  auto score = FixAndScore(c, fix);
   ASSERT_TRUE(score.ok()) << score.status().message();
   EXPECT_FALSE(score->verification().passed()) << score->verification().detail();
   for (const auto& it : score->items()) {
-    if (it.name() == "cause") EXPECT_EQ(it.points(), 15) << "right class (input pipeline), wrong cause";
+    if (it.name() == "cause") EXPECT_EQ(it.points(), 15) << "right class, wrong cause";
     if (it.name() == "fix") EXPECT_EQ(it.points(), 0);
   }
 }
 
+TEST_F(ScenarioTest, AWrongFixFailsVerification) {
+  // Padding waste "fixed" with more loader workers (input pipeline class):
+  // the batches are still padded, so the job stays slow.
+  ExpectWrongFixFails(c(), "new-text-pipeline", 32, "data-loader-starvation", "data.num_workers", "8");
+}
+
 TEST_F(ScenarioTest, BiggerBucketsDoNotFixASlowLink) {
-  // The whole job waits in all-reduce, so bigger buckets look plausible; the
-  // ring still runs at its slowest link's speed.
-  auto info = StartRunning(c(), "allreduce-slowdown", 73);
-  ASSERT_TRUE(info.ok()) << info.status().message();
-  v1::SubmitDiagnosisRequest d;
-  d.set_session_id(info->session_id());
-  d.set_cause("small-buckets");
-  ASSERT_TRUE(c().SubmitDiagnosis(d).ok());
-  v1::ApplyFixRequest fix;
-  fix.set_session_id(info->session_id());
-  auto* s = fix.add_settings();
-  s->set_key("comm.bucket_mb");
-  s->set_value("100");
-  auto score = FixAndScore(c(), fix);
-  ASSERT_TRUE(score.ok()) << score.status().message();
-  EXPECT_FALSE(score->verification().passed()) << score->verification().detail();
-  for (const auto& it : score->items()) {
-    if (it.name() == "cause") EXPECT_EQ(it.points(), 15) << "right class (communication), wrong cause";
-    if (it.name() == "fix") EXPECT_EQ(it.points(), 0);
-  }
+  // The whole job waits in all-reduce, so bigger buckets look plausible
+  // (communication class); the ring still runs at its slowest link's speed.
+  ExpectWrongFixFails(c(), "allreduce-slowdown", 73, "small-buckets", "comm.bucket_mb", "100");
 }
 
 // All text a learner can read before diagnosing, with the scenario ids cut

@@ -8,22 +8,18 @@
 #include <algorithm>
 
 #include "cli/flight_recorder.h"
+#include "common/stats.h"
 #include "faults/registry.h"
 #include "tests/integration/rank_threads.h"
 
 namespace firedrill::agent {
 namespace {
 
+using rank_threads::ExpectAllOk;
 using rank_threads::RankConfig;
 using rank_threads::RankResult;
 using rank_threads::RunJob;
 using rank_threads::SmallJob;
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // A per-step quantity over rank r's steps after the first few.
 template <typename F>
@@ -49,11 +45,6 @@ std::vector<RankResult> RunFaulty(v1::JobSpec job, const v1::ResolvedFault& f, s
   for (int r = 0; r < job.world_size(); ++r)
     if (f.all_ranks() || f.rank() == r) cfg[r].faults.push_back(f);
   return RunJob(job, cfg);
-}
-
-void ExpectAllOk(const std::vector<RankResult>& res) {
-  for (size_t r = 0; r < res.size(); ++r)
-    ASSERT_TRUE(res[r].status.ok()) << "rank " << r << ": " << res[r].status.message();
 }
 
 TEST(FaultSignature, DataLoaderStarvationMakesEveryRankWaitForBatches) {

@@ -9,11 +9,13 @@
 #include <cstring>
 #include <mutex>
 
+#include "common/stats.h"
 #include "tests/integration/rank_threads.h"
 
 namespace firedrill::agent {
 namespace {
 
+using rank_threads::ExpectAllOk;
 using rank_threads::RankConfig;
 using rank_threads::RankResult;
 using rank_threads::RunJob;
@@ -71,11 +73,6 @@ v1::ProbeSpec Spec(const std::string& op, int64_t min_bytes, int64_t max_bytes, 
   s.set_iters(iters);
   s.set_warmup_iters(2);
   return s;
-}
-
-void ExpectAllOk(const std::vector<RankResult>& res) {
-  for (size_t r = 0; r < res.size(); ++r)
-    ASSERT_TRUE(res[r].status.ok()) << "rank " << r << ": " << res[r].status.message();
 }
 
 TEST(Probe, SweepsRunBetweenStepsCheckEveryElementAndLeaveTrainingUnchanged) {
@@ -153,11 +150,6 @@ TEST(Probe, AJobToldToStopLeavesALongProbeTogether) {
     EXPECT_EQ(p.res[r].steps_done, p.res[0].steps_done);
     EXPECT_LT(p.res[r].steps_done, 10);
   }
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 TEST(Probe, ASlowLinkSlowsEveryRanksCommunicationAndP2pPointsAtItsHost) {

@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "agent/probe.h"
 #include "agent/trainer.h"
 
@@ -56,6 +58,12 @@ struct RankConfig {
   std::shared_ptr<ProbeMailbox> probes;  // communication probes (agent/probe.h)
   std::shared_ptr<comm::FlightRecorder> recorder;  // this rank's collectives, when set
 };
+
+// Every rank ended without error (the message of each that did not).
+inline void ExpectAllOk(const std::vector<RankResult>& res) {
+  for (size_t r = 0; r < res.size(); ++r)
+    ASSERT_TRUE(res[r].status.ok()) << "rank " << r << ": " << res[r].status.message();
+}
 
 // Runs one job with a rank per thread and returns each rank's outcome.
 inline std::vector<RankResult> RunJob(const v1::JobSpec& job, std::vector<RankConfig> cfg) {

@@ -15,6 +15,7 @@
 namespace firedrill::agent {
 namespace {
 
+using rank_threads::ExpectAllOk;
 using rank_threads::RankResult;
 using rank_threads::RunJob;
 using rank_threads::SmallJob;
@@ -36,10 +37,6 @@ v1::JobSpec GptJob(int world) {
   job.mutable_optim()->set_kind("adamw");
   job.mutable_optim()->set_lr(3e-3);
   return job;
-}
-
-void ExpectAllOk(const std::vector<RankResult>& res) {
-  for (size_t r = 0; r < res.size(); ++r) ASSERT_TRUE(res[r].status.ok()) << "rank " << r << ": " << res[r].status.message();
 }
 
 TEST(TrainerModes, GptTinyLearnsTheCorpusAndReportsTokensAndPadding) {
