@@ -60,6 +60,7 @@ int AgentClient::Run() {
   h->set_advertise_addr(opts_.advertise_host);
   h->add_capabilities("gloo");
   h->add_capabilities("cpu");
+  h->set_join_token(opts_.join_token);
   if (!Write(hello)) {
     spdlog::error("controller at {} closed the stream on Hello", opts_.controller);
     return 2;
@@ -244,7 +245,14 @@ void AgentClient::JobMain(v1::RunJob job) {
   o.store_bind_host = opts_.bind_host;
   o.store_advertise_host = opts_.advertise_host;
   o.comm_host = opts_.advertise_host;  // Gloo binds here and peers dial it
-  o.shared_memory_allreduce = job.job().comm().transport() != "gloo";
+  const std::string& transport = job.job().comm().transport();
+  if (transport != "" && transport != "auto" && transport != "gloo") {
+    SendEvent(run_id, rank, v1::JobEvent::FAILED,
+              "comm.transport '" + transport + "' is not a transport (auto | gloo)", 0);
+    job_running_ = false;
+    return;
+  }
+  o.shared_memory_allreduce = transport != "gloo";
   o.store_ready = [this, run_id, rank](const StoreAddress& a) {
     v1::AgentMessage m;
     auto* e = m.mutable_event();
@@ -295,6 +303,9 @@ void AgentClient::JobMain(v1::RunJob job) {
                  " before the probe could run");
     Write(m);
   }
+  // Free for the next job before saying this one is over: the controller
+  // may send the next RunJob the moment it reads the end event.
+  job_running_ = false;
   if (result.ok() || result.code() == StatusCode::kCancelled) {
     spdlog::info("run {} rank {}: finished after {} steps", run_id, rank, steps);
     SendEvent(run_id, rank, v1::JobEvent::FINISHED, result.ok() ? "" : result.message(), steps);
@@ -307,7 +318,6 @@ void AgentClient::JobMain(v1::RunJob job) {
       DumpFlightRecorderToLog(rank, *o_recorder);
     SendEvent(run_id, rank, v1::JobEvent::FAILED, result.message(), steps);
   }
-  job_running_ = false;
 }
 
 }  // namespace firedrill::agent

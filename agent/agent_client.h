@@ -28,6 +28,7 @@ struct AgentOptions {
   std::string bind_host = "127.0.0.1";
   bool exit_on_disconnect = false;
   int connect_timeout_s = 30;
+  std::string join_token;  // FIREDRILL_JOIN_TOKEN, or read from --join-token-file
 };
 
 class AgentClient {

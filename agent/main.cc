@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <fstream>
 
 #include "agent/agent_client.h"
 #include "common/log.h"
@@ -28,7 +30,22 @@ int main(int argc, char** argv) {
   app.add_option("--connect-timeout", opts.connect_timeout_s, "seconds to wait for the controller")
       ->capture_default_str();
   app.add_flag("--exit-on-disconnect", opts.exit_on_disconnect, "exit as soon as the controller stream ends");
+  std::string token_file;
+  app.add_option("--join-token-file", token_file,
+                 "file holding the pool token the controller's --pool-token-file names (remote agents); "
+                 "agents the controller launches get theirs in FIREDRILL_JOIN_TOKEN");
   CLI11_PARSE(app, argc, argv);
+  if (const char* t = std::getenv("FIREDRILL_JOIN_TOKEN"); t && *t) opts.join_token = t;
+  // Not left in the environment of anything this process starts.
+  unsetenv("FIREDRILL_JOIN_TOKEN");
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    std::getline(in, opts.join_token);
+    if (!in && opts.join_token.empty()) {
+      std::fprintf(stderr, "firedrill-agent: cannot read --join-token-file %s\n", token_file.c_str());
+      return 2;
+    }
+  }
 
   InitLogging("agent " + opts.agent_id);
   signal(SIGPIPE, SIG_IGN);

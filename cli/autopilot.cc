@@ -277,7 +277,7 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
   }
   const std::string id = info->session_id();
   out << "autopilot: session " << id << " (" << scenario << ", seed " << info->seed() << ")\n";
-  auto st = WaitWhile(client, id, {"created", "baseline"}, "baseline", 300);
+  auto st = WaitWhile(client, id, {"created", "baseline"}, "", 300);
   if (!st.ok() || st->session().state() != "running") {
     *ctx.err << "error: the session did not reach the running state"
              << (st.ok() ? " (" + st->session().state() + ")" : ": " + st.status().message()) << "\n";
@@ -395,7 +395,7 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     *ctx.err << "error: " << fr.status().message() << "\n";
     return 1;
   }
-  auto done = WaitWhile(client, id, {"running", "fixing", "verifying"}, "verifying", 300);
+  auto done = WaitWhile(client, id, {"running", "fixing", "verifying"}, "", 600);
   if (!done.ok()) {
     *ctx.err << "error: " << done.status().message() << "\n";
     return 1;

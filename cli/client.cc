@@ -1,5 +1,7 @@
 #include "cli/client.h"
 
+#include "google/rpc/status.pb.h"
+
 namespace firedrill::cli {
 
 DrillClient::DrillClient(std::string address, std::chrono::milliseconds deadline)
@@ -14,8 +16,16 @@ bool DrillClient::Reachable(std::chrono::milliseconds wait) {
 
 Status DrillClient::FromGrpc(const grpc::Status& st) const {
   if (st.ok()) return Status::Ok();
-  // The controller's own error (see controller ToGrpc): its message says it.
-  if (st.error_details() == "firedrill") return Status(static_cast<StatusCode>(st.error_code()), st.error_message());
+  // The controller's own error (see controller ToGrpc: a google.rpc.Status
+  // with an ErrorInfo of domain "firedrill"): its message says it.
+  google::rpc::Status rich;
+  if (!st.error_details().empty() && rich.ParseFromString(st.error_details())) {
+    for (const auto& any : rich.details()) {
+      google::rpc::ErrorInfo info;
+      if (any.UnpackTo(&info) && info.domain() == "firedrill")
+        return Status(static_cast<StatusCode>(st.error_code()), st.error_message());
+    }
+  }
   if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
     return Unavailable("no controller answers at " + address_ +
                        "; start one with `firedrill up` or point to one with --controller ADDR");
@@ -39,6 +49,16 @@ StatusOr<Resp> DrillClient::Call(grpc::Status (v1::Drill::Stub::*fn)(grpc::Clien
 
 StatusOr<v1::ListScenariosResponse> DrillClient::ListScenarios() {
   return Call(&v1::Drill::Stub::ListScenarios, v1::ListScenariosRequest(), deadline_);
+}
+
+StatusOr<v1::ScenarioDetail> DrillClient::GetScenario(const std::string& scenario_id) {
+  v1::GetScenarioRequest req;
+  req.set_scenario_id(scenario_id);
+  return Call(&v1::Drill::Stub::GetScenario, req, deadline_);
+}
+
+StatusOr<v1::ListCausesResponse> DrillClient::ListCauses() {
+  return Call(&v1::Drill::Stub::ListCauses, v1::ListCausesRequest(), deadline_);
 }
 
 StatusOr<v1::SessionInfo> DrillClient::StartSession(const std::string& scenario_id, int64_t seed) {

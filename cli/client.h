@@ -22,6 +22,8 @@ class DrillClient {
   bool Reachable(std::chrono::milliseconds wait);
 
   StatusOr<v1::ListScenariosResponse> ListScenarios();
+  StatusOr<v1::ScenarioDetail> GetScenario(const std::string& scenario_id);
+  StatusOr<v1::ListCausesResponse> ListCauses();
   StatusOr<v1::SessionInfo> StartSession(const std::string& scenario_id, int64_t seed);
   StatusOr<v1::ListSessionsResponse> ListSessions();
   StatusOr<v1::SessionStatus> GetStatus(const std::string& session_id);

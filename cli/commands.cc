@@ -8,6 +8,9 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "cli/autopilot.h"
@@ -19,61 +22,11 @@
 #include "cli/trace.h"
 #include "cli/scenario_tools.h"
 #include "common/paths.h"
+#include "common/suggest.h"
 
 namespace firedrill::cli {
 
-StatusOr<std::string> CurrentSession(const CliContext& ctx) {
-  if (!ctx.session.empty()) return ctx.session;
-  std::ifstream in(ctx.state_dir + "/current-session");
-  std::string id;
-  std::getline(in, id);
-  if (id.empty()) {
-    return FailedPrecondition("no current session; start one with `firedrill start SCENARIO` (or pass --session ID)");
-  }
-  return id;
-}
-
-void RememberSession(const CliContext& ctx, const std::string& id) {
-  std::string err;
-  if (MakeDirs(ctx.state_dir, &err)) std::ofstream(ctx.state_dir + "/current-session") << id << "\n";
-}
-
-StatusOr<v1::FixSetting> ParseSetting(const std::string& kv) {
-  const size_t eq = kv.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == kv.size()) {
-    return InvalidArgument("--set expects KEY=VALUE (e.g. --set data.batch_size=32), got '" + kv + "'");
-  }
-  v1::FixSetting s;
-  s.set_key(kv.substr(0, eq));
-  s.set_value(kv.substr(eq + 1));
-  return s;
-}
-
-StatusOr<v1::SessionStatus> WaitWhile(DrillClient& client, const std::string& id,
-                                      const std::vector<std::string>& while_states, const std::string& label,
-                                      int timeout_s) {
-  Progress bar(label);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  while (true) {
-    auto st = client.GetStatus(id);
-    if (!st.ok()) return st.status();
-    const std::string& state = st->session().state();
-    if (std::find(while_states.begin(), while_states.end(), state) == while_states.end()) return st;
-    if (std::chrono::steady_clock::now() > deadline) {
-      return DeadlineExceeded("session " + id + " is still '" + state + "' after " + std::to_string(timeout_s) +
-                              " s; check `firedrill status`");
-    }
-    bar.Update(state, st->run().steps_done(), st->run().steps_total());
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
-}
-
 namespace {
-
-int Fail(const CliContext& ctx, const Status& st) {
-  *ctx.err << "error: " << st.message() << "\n";
-  return 1;
-}
 
 template <typename T>
 int PrintOr(const CliContext& ctx, const StatusOr<T>& r, void (*print)(const T&, std::ostream&)) {
@@ -86,19 +39,15 @@ int PrintOr(const CliContext& ctx, const StatusOr<T>& r, void (*print)(const T&,
   return 0;
 }
 
-void PrintFailureEvents(const v1::SessionStatus& st, std::ostream& out) {
-  for (const auto& e : st.events()) {
-    if (e.kind() == "aborted" || e.kind() == "rank_lost" || e.kind() == "rank_failed") out << "  " << e.message() << "\n";
-  }
-}
-
-int CmdUp(CliContext& ctx, const std::string& listen) {
+int CmdUp(CliContext& ctx, const std::string& listen, const std::vector<std::string>& scenario_dirs) {
   if (auto pid = RunningControllerPid(ctx.state_dir)) {
     *ctx.out << "a controller is already running (pid " << *pid << ") for state dir " << ctx.state_dir << "\n";
     return 0;
   }
-  auto p = StartController(listen, ctx.state_dir);
+  auto p = StartController(listen, ctx.state_dir, scenario_dirs);
   if (!p.ok()) return Fail(ctx, p.status());
+  // Later commands find this controller and its state without flags.
+  SaveContext({listen, ctx.state_dir});
   *ctx.out << "controller running at " << p->address << " (pid " << p->pid << ")\n"
            << "  log:   " << p->log_path << "\n"
            << "  state: " << p->state_dir << " (firedrill.db, agent logs in logs/)\n"
@@ -113,120 +62,27 @@ int CmdDown(CliContext& ctx) {
   return 0;
 }
 
-int CmdStart(CliContext& ctx, DrillClient& client, const std::string& scenario, int64_t seed, bool wait) {
-  auto info = client.StartSession(scenario, seed);
-  if (!info.ok()) return Fail(ctx, info.status());
-  RememberSession(ctx, info->session_id());
-  if (!wait) {
-    if (ctx.json) *ctx.out << ToJson(*info) << "\n";
-    else *ctx.out << "session " << info->session_id() << " started (seed " << info->seed() << ")\n";
-    return 0;
-  }
-  if (!ctx.json) {
-    *ctx.out << "session " << info->session_id() << ": " << info->title() << " (" << info->scenario_id() << ", seed "
-             << info->seed() << ")\n\n"
-             << info->briefing() << "\n";
-  }
-  auto st = WaitWhile(client, info->session_id(), {"created", "baseline"}, "starting", 300);
-  if (!st.ok()) return Fail(ctx, st.status());
-  if (ctx.json) {
-    *ctx.out << ToJson(*st) << "\n";
-    return st->session().state() == "aborted" ? 1 : 0;
-  }
-  if (st->session().state() == "aborted") {
-    *ctx.err << "error: session " << info->session_id() << " aborted:\n";
-    PrintFailureEvents(*st, *ctx.err);
-    return 1;
-  }
-  *ctx.out << "healthy baseline measured: " << Num(st->baseline().throughput_samples_per_s())
-           << " samples/s, median step " << Num(st->baseline().median_step_ms(), 1) << " ms\n"
-           << "the job is running; investigate with `firedrill status`\n";
-  return 0;
-}
-
-int CmdDiagnose(CliContext& ctx, DrillClient& client, const std::string& cause, const std::vector<int>& ranks,
-                const std::string& note) {
-  auto id = CurrentSession(ctx);
-  if (!id.ok()) return Fail(ctx, id.status());
-  v1::SubmitDiagnosisRequest req;
-  req.set_session_id(*id);
-  req.set_cause(cause);
-  for (int r : ranks) req.add_culprit_ranks(r);
-  req.set_note(note);
-  auto resp = client.SubmitDiagnosis(req);
-  if (!resp.ok()) return Fail(ctx, resp.status());
-  if (ctx.json) {
-    *ctx.out << ToJson(*resp) << "\n";
-  } else {
-    std::string rs;
-    for (int r : ranks) rs += (rs.empty() ? "" : ",") + std::to_string(r);
-    *ctx.out << "diagnosis #" << resp->diagnosis_id() << " recorded: " << cause
-             << (rs.empty() ? "" : " on rank " + rs) << "\n";
-  }
-  return 0;
-}
-
-int CmdFix(CliContext& ctx, DrillClient& client, const std::vector<int>& replace, const std::vector<std::string>& sets,
-           bool wait) {
-  v1::ApplyFixRequest req;
-  for (const auto& kv : sets) {
-    auto s = ParseSetting(kv);
-    if (!s.ok()) return Fail(ctx, s.status());
-    *req.add_settings() = *s;
-  }
-  auto id = CurrentSession(ctx);
-  if (!id.ok()) return Fail(ctx, id.status());
-  req.set_session_id(*id);
-  for (int r : replace) req.add_replace_host_ranks(r);
-  auto resp = client.ApplyFix(req);
-  if (!resp.ok()) return Fail(ctx, resp.status());
-  if (!wait) {
-    if (ctx.json) *ctx.out << ToJson(*resp) << "\n";
-    else *ctx.out << "fix #" << resp->fix_id() << " applied; verification is running (`firedrill status`)\n";
-    return 0;
-  }
-  if (!ctx.json) *ctx.out << "fix #" << resp->fix_id() << " applied; re-running the job to verify it\n";
-  auto st = WaitWhile(client, *id, {"fixing", "verifying"}, "verifying", 300);
-  if (!st.ok()) return Fail(ctx, st.status());
-  if (ctx.json) {
-    *ctx.out << ToJson(st->verification()) << "\n";
-  } else if (st->verification().done()) {
-    PrintVerification(st->verification(), *ctx.out);
-    *ctx.out << "see the score with `firedrill score`\n";
-  } else {
-    *ctx.out << "session is " << st->session().state() << "\n";
-    PrintFailureEvents(*st, *ctx.out);
-  }
-  return 0;
-}
-
-int CmdHint(CliContext& ctx, DrillClient& client) {
-  auto id = CurrentSession(ctx);
-  if (!id.ok()) return Fail(ctx, id.status());
-  auto h = client.RequestHint(*id);
-  if (!h.ok()) return Fail(ctx, h.status());
-  if (ctx.json) *ctx.out << ToJson(*h) << "\n";
-  else
-    *ctx.out << "hint " << h->hints_used() << "/" << h->hints_total() << " (costs " << h->cost()
-             << " points): " << h->hint() << "\n";
-  return 0;
-}
-
 int CmdLogs(CliContext& ctx, DrillClient& client, const std::string& id, int rank, int tail, bool follow) {
   v1::GetLogsRequest req;
   req.set_session_id(id);
   req.set_rank(rank);
   req.set_offset(-1);
   req.set_tail_lines(tail);
+  bool ended = false;
   while (true) {
     auto lg = client.GetLogs(req);
     if (!lg.ok()) return Fail(ctx, lg.status());
-    if (ctx.json) *ctx.out << ToJson(*lg) << "\n";
+    if (ctx.json) *ctx.out << ToJsonLine(*lg) << "\n";
     else *ctx.out << lg->text();
     ctx.out->flush();
     if (!follow) return 0;
+    // An ended session's agents write nothing more: print what is left, stop.
+    if (ended) return 0;
     req.set_offset(lg->next_offset());
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    auto st = client.GetStatus(id);
+    ended = !st.ok() || st->session().state() == "scored" || st->session().state() == "ended" ||
+            st->session().state() == "aborted";
   }
 }
 
@@ -239,7 +95,7 @@ int CmdTop(CliContext& ctx, DrillClient& client, const std::string& id, double d
     auto st = client.GetStatus(id);
     if (!st.ok()) return Fail(ctx, st.status());
     if (ctx.json) {
-      *ctx.out << ToJson(*st) << "\n";
+      *ctx.out << ToJsonLine(*st) << "\n";  // one object per line
     } else {
       const std::time_t now = std::time(nullptr);
       char clock[16];
@@ -250,7 +106,7 @@ int CmdTop(CliContext& ctx, DrillClient& client, const std::string& id, double d
     }
     ctx.out->flush();
     const std::string& state = st->session().state();
-    if ((frames > 0 && frame >= frames) || state == "scored" || state == "aborted") return 0;
+    if ((frames > 0 && frame >= frames) || state == "scored" || state == "ended" || state == "aborted") return 0;
     std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
   }
 }
@@ -285,14 +141,46 @@ int CmdTrace(CliContext& ctx, DrillClient& client, const std::string& id, const 
   return 0;
 }
 
-int CmdEnd(CliContext& ctx, DrillClient& client) {
-  auto id = CurrentSession(ctx);
-  if (!id.ok()) return Fail(ctx, id.status());
-  auto info = client.EndSession(*id, std::chrono::seconds(60));
-  if (!info.ok()) return Fail(ctx, info.status());
-  if (ctx.json) *ctx.out << ToJson(*info) << "\n";
-  else *ctx.out << "session " << *id << " ended (" << info->state() << "); its agents are stopped\n";
-  return 0;
+// A probe can take many seconds (each size, each pair): say so on a
+// terminal while it runs.
+StatusOr<v1::RunProbeResponse> ProbeWithProgress(DrillClient& client, const v1::RunProbeRequest& req) {
+  std::optional<StatusOr<v1::RunProbeResponse>> result;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::thread t([&] {
+    auto r = client.RunProbe(req);
+    std::lock_guard<std::mutex> lock(mu);
+    result = std::move(r);
+    cv.notify_all();
+  });
+  Progress bar("");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mu);
+  while (!cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return result.has_value(); })) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    bar.Update("probe " + req.spec().op() + ": waiting for a step boundary, then measuring (" + Num(s) + " s)", 0, 0);
+  }
+  lock.unlock();
+  t.join();
+  return std::move(*result);
+}
+
+// The command the user meant, for a word that is none.
+std::string UnknownCommand(const CLI::App& app, const std::vector<std::string>& args) {
+  std::vector<std::string> names;
+  for (const auto* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i].empty() || args[i][0] == '-') {
+      if (args[i].find('=') == std::string::npos && i + 1 < args.size() && args[i] != "--json") ++i;
+      continue;
+    }
+    std::string all;
+    for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+    const std::string near = ClosestMatch(args[i], names);
+    return "unknown command '" + args[i] + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)") +
+           "; commands: " + all;
+  }
+  return "";
 }
 
 }  // namespace
@@ -307,19 +195,26 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   CLI::App app{"firedrill: break-fix drills on a real distributed training job"};
   app.require_subcommand(1);
   app.fallthrough();  // `firedrill status --json` as well as `firedrill --json status`
-  app.add_option("--controller", ctx.controller, "controller address (or FIREDRILL_CONTROLLER)");
-  app.add_option("--state-dir", ctx.state_dir, "where `up` keeps the controller's state and the current session");
+  auto* controller_opt = app.add_option("--controller", ctx.controller,
+                                        "controller address (or FIREDRILL_CONTROLLER; default: the one `up` started)");
+  auto* state_opt = app.add_option("--state-dir", ctx.state_dir,
+                                   "the controller's state and the current session (or FIREDRILL_STATE_DIR)");
   app.add_option("--session", ctx.session, "session id (default: the last one started here)");
-  app.add_flag("--json", ctx.json, "print data as JSON");
+  app.add_flag("--json", ctx.json, "print data as JSON (errors too, on stderr)");
 
   std::string listen;  // default: --controller, known only after parsing
+  std::vector<std::string> add_scenarios;
   auto* up = app.add_subcommand("up", "start a controller in the background");
   up->add_option("--listen", listen, "address to serve on (default: --controller)");
+  up->add_option("--add-scenarios", add_scenarios, "a folder of your own scenarios, beside the shipped ones (repeatable)");
   auto* down = app.add_subcommand("down", "stop the background controller and its agents");
 
   auto* scenarios = app.add_subcommand("scenarios", "the scenario catalogue");
   scenarios->require_subcommand(1);
   auto* scen_list = scenarios->add_subcommand("list", "list scenarios");
+  std::string show_id;
+  auto* scen_show = scenarios->add_subcommand("show", "a scenario's brief: what you may read before starting it");
+  scen_show->add_option("ID", show_id, "scenario id")->required();
   std::vector<std::string> scen_files;
   std::string skills_file = DefaultSkillsFile(), scen_dir = DefaultScenarioDir();
   auto* scen_validate = scenarios->add_subcommand("validate", "check scenario files (no controller needed)");
@@ -329,6 +224,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   scen_coverage->add_option("--dir", scen_dir, "scenario directory")->capture_default_str();
   scen_coverage->add_option("--skills", skills_file, "skill-atom table (Markdown)")->capture_default_str();
   auto* sessions = app.add_subcommand("sessions", "list sessions, including finished ones");
+  auto* causes_cmd = app.add_subcommand("causes", "the causes a diagnosis may name, with their meaning");
 
   std::string scenario;
   int64_t seed = 0;
@@ -350,7 +246,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   auto* logs = app.add_subcommand("logs", "a rank's agent log (its own output and library errors)");
   logs->add_option("--rank", log_rank, "rank")->required();
   logs->add_option("--tail", log_tail, "lines to show first")->capture_default_str();
-  logs->add_flag("-f,--follow", log_follow, "keep printing new lines (Ctrl-C to stop)");
+  logs->add_flag("-f,--follow", log_follow, "keep printing new lines (stops when the session ends; Ctrl-C to stop)");
   int fr_last = 8;
   auto* fr = app.add_subcommand("fr", "every rank's flight recorder (recent collectives) and where they disagree");
   fr->add_option("--last", fr_last, "entries per rank to show")->capture_default_str();
@@ -370,23 +266,28 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   trace->add_option("-o,--output", trace_out, "file to write")->required();
   trace->add_option("--steps", trace_steps, "FROM:TO (TO exclusive) or FROM: (default: the last 20 steps)");
 
-  std::string cause, note;
+  std::vector<std::string> causes;
+  std::string note;
   std::vector<int> ranks;
-  auto* diagnose = app.add_subcommand("diagnose", "submit your diagnosis");
-  diagnose->add_option("--cause", cause, "cause, e.g. straggler")->required();
-  diagnose->add_option("--rank", ranks, "culprit rank (repeatable)");
+  auto* diagnose = app.add_subcommand(
+      "diagnose", "submit your diagnosis (revise it until you apply the fix; each revision after the first costs points)");
+  diagnose->add_option("--cause", causes, CauseHelp())->required();
+  diagnose->add_option("--rank", ranks, "culprit rank of a single --cause (repeatable)");
   diagnose->add_option("--note", note, "your evidence, in words");
 
   std::vector<int> replace;
   std::vector<std::string> sets;
-  auto* fix = app.add_subcommand("fix", "apply a fix; the job is re-run and measured");
+  bool no_change = false;
+  auto* fix = app.add_subcommand(
+      "fix", "apply your one fix: it ends the attempt (the job is re-run, measured and scored)");
   fix->add_option("--replace-host", replace, "move RANK to a fresh host (repeatable)");
-  fix->add_option("--set", sets, "change a job setting, KEY=VALUE (repeatable)");
+  fix->add_option("--set", sets, "change a job setting, KEY=VALUE (repeatable; `firedrill config` lists them)");
+  fix->add_flag("--no-change", no_change, "the fix is to change nothing (you found no fault)");
   fix->add_flag("--no-wait", no_wait, "return without waiting for verification");
 
   auto* hint = app.add_subcommand("hint", "take a hint (costs points)");
-  auto* score = app.add_subcommand("score", "the session's score, item by item");
-  auto* end = app.add_subcommand("end", "end the session and stop its agents");
+  auto* score = app.add_subcommand("score", "the session's score, item by item (until scored: only what you submitted)");
+  auto* end = app.add_subcommand("end", "end the session (scored as it stands) and stop its agents");
 
   std::string pilot_scenario;
   auto* autopilot = app.add_subcommand("autopilot", "play a learner through a scenario from its telemetry alone");
@@ -398,12 +299,16 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   demo->add_option("--scenario", demo_scenario, "scenario to play")->capture_default_str();
   demo->add_option("--seed", seed, "seed (0: random)");
 
+  if (args.size() <= 1) {  // `firedrill` alone
+    out << app.help();
+    return 0;
+  }
   std::vector<const char*> argv;
   for (const auto& a : args) argv.push_back(a.c_str());
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::CallForHelp& e) {
-    out << app.help();
+    out << (app.get_subcommands().empty() ? app.help() : app.get_subcommands().back()->help());
     return 0;
   } catch (const CLI::CallForAllHelp& e) {
     out << app.help("", CLI::AppFormatMode::All);
@@ -412,24 +317,14 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     std::string msg = e.what();
     // CLI11 reports a mistyped command as "a subcommand is required": name it.
     if (app.get_subcommands().empty()) {
-      for (size_t i = 1; i < args.size(); ++i) {
-        if (args[i].empty() || args[i][0] == '-') {
-          if (args[i].find('=') == std::string::npos && i + 1 < args.size() && args[i] != "--json") ++i;
-          continue;
-        }
-        std::string names;
-        for (const auto* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
-        msg = "unknown command '" + args[i] + "'; commands: " + names;
-        break;
-      }
+      if (std::string named = UnknownCommand(app, args); !named.empty()) msg = named;
     }
     err << "error: " << msg << " (see `firedrill --help`)\n";
     return 2;
   }
-  // An empty `fix` is allowed on purpose: "restart it as it is" is a real
-  // (and usually wrong) thing to try, and verification will say so.
+  ResolveContext(&ctx, controller_opt->count() > 0, state_opt->count() > 0);
 
-  if (up->parsed()) return CmdUp(ctx, listen.empty() ? ctx.controller : listen);
+  if (up->parsed()) return CmdUp(ctx, listen.empty() ? ctx.controller : listen, add_scenarios);
   if (down->parsed()) return CmdDown(ctx);
   if (scen_validate->parsed()) return RunScenarioValidate(ctx, scen_files, skills_file);
   if (scen_coverage->parsed()) return RunScenarioCoverage(ctx, scen_dir, skills_file);
@@ -438,10 +333,12 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (demo->parsed()) return RunDemo(ctx, demo_scenario, seed);
   if (autopilot->parsed()) return RunAutopilot(ctx, pilot_scenario, seed);
   if (scen_list->parsed()) return PrintOr(ctx, client.ListScenarios(), &PrintScenarios);
+  if (scen_show->parsed()) return CmdScenarioShow(ctx, client, show_id);
+  if (causes_cmd->parsed()) return CmdCauses(ctx, client);
   if (sessions->parsed()) return PrintOr(ctx, client.ListSessions(), &PrintSessions);
   if (start->parsed()) return CmdStart(ctx, client, scenario, seed, !no_wait);
-  if (diagnose->parsed()) return CmdDiagnose(ctx, client, cause, ranks, note);
-  if (fix->parsed()) return CmdFix(ctx, client, replace, sets, !no_wait);
+  if (diagnose->parsed()) return CmdDiagnose(ctx, client, causes, ranks, note);
+  if (fix->parsed()) return CmdFix(ctx, client, replace, sets, no_change, !no_wait);
   if (hint->parsed()) return CmdHint(ctx, client);
   if (end->parsed()) return CmdEnd(ctx, client);
   auto id = CurrentSession(ctx);
@@ -479,7 +376,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     // The request's 0 means "the default (5)", so no warm-up cannot be asked for.
     if (probe_warmup == 0) return Fail(ctx, InvalidArgument("--warmup must be at least 1 (the default is 5)"));
     s->set_warmup_iters(probe_warmup < 0 ? 0 : probe_warmup);
-    return PrintOr(ctx, client.RunProbe(req), &PrintProbe);
+    return PrintOr(ctx, ProbeWithProgress(client, req), &PrintProbe);
   }
   if (trace->parsed()) return CmdTrace(ctx, client, *id, trace_out, trace_steps);
   if (config->parsed()) {
@@ -489,7 +386,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     else PrintConfig(*st, *ctx.out);
     return 0;
   }
-  if (score->parsed()) return PrintOr(ctx, client.GetScore(*id), &PrintScore);
+  if (score->parsed()) return CmdScore(ctx, client, *id);
   return Fail(ctx, InvalidArgument("unknown command; see `firedrill --help`"));
 }
 

@@ -89,7 +89,7 @@ int RunDemo(CliContext& ctx, const std::string& scenario, int64_t seed) {
   RememberSession(ctx, session_id);
   out << "session " << session_id << " (seed " << info->seed() << "): " << info->title() << "\n\n"
       << info->briefing() << "\n";
-  auto st = WaitWhile(client, session_id, {"created", "baseline"}, "baseline", 300);
+  auto st = WaitWhile(client, session_id, {"created", "baseline"}, "", 300);
   if (!st.ok()) return fail(st.status());
   if (st->session().state() != "running") return fail(Aborted("session " + st->session().state()));
   out << "the controller measured a healthy baseline of the same job on this machine: "
@@ -130,8 +130,9 @@ int RunDemo(CliContext& ctx, const std::string& scenario, int64_t seed) {
   v1::ApplyFixRequest fix;
   fix.set_session_id(session_id);
   if (culprit < 0) {
-    out << "no rank stands out; the learner guesses a data-loader problem and restarts the job as it is\n";
-    diag.set_cause("data-loader-starvation");
+    out << "no rank stands out; the learner concludes nothing is wrong and changes nothing\n";
+    diag.set_cause("no-fault");
+    fix.set_no_change(true);
   } else {
     out << why << "\n";
     out << "diagnosis: straggler on rank " << culprit << "; fix: move rank " << culprit << " to a fresh host\n";
@@ -144,7 +145,7 @@ int RunDemo(CliContext& ctx, const std::string& scenario, int64_t seed) {
 
   Heading(out, "5. fix and verification (`firedrill fix`)");
   if (auto f = client.ApplyFix(fix); !f.ok()) return fail(f.status());
-  st = WaitWhile(client, session_id, {"fixing", "verifying"}, "verifying", 300);
+  st = WaitWhile(client, session_id, {"running", "fixing", "verifying"}, "", 600);
   if (!st.ok()) return fail(st.status());
   PrintStatus(*st, out);
 

@@ -33,6 +33,13 @@ double AgeS(const v1::RankFlightRecord& r, const v1::CollectiveRecord& e) {
   return e.start_unix_ns() > 0 && r.unix_ns() > e.start_unix_ns() ? (r.unix_ns() - e.start_unix_ns()) / 1e9 : 0.0;
 }
 
+// How long the rank has been where it is: in its collective since it
+// started it, or idle since its last one ended.
+double StillS(const v1::RankFlightRecord& r, const v1::CollectiveRecord& e) {
+  if (e.state() == "started") return AgeS(r, e);
+  return e.end_unix_ns() > 0 && r.unix_ns() > e.end_unix_ns() ? (r.unix_ns() - e.end_unix_ns()) / 1e9 : 0.0;
+}
+
 }  // namespace
 
 FrAnalysis AnalyzeFlightRecords(const v1::FlightRecorderResponse& fr) {
@@ -41,6 +48,7 @@ FrAnalysis AnalyzeFlightRecords(const v1::FlightRecorderResponse& fr) {
   std::map<Key, std::vector<int>> groups;
   std::vector<int> silent;
   std::string lines;
+  double still = 1e18;  // the least time any rank has stayed where it is
   for (const auto& r : fr.ranks()) {
     if (!r.answered()) {
       silent.push_back(r.rank());
@@ -48,7 +56,8 @@ FrAnalysis AnalyzeFlightRecords(const v1::FlightRecorderResponse& fr) {
     }
     const auto* p = Position(r);
     if (p == nullptr) continue;
-    if (p->state() == "started") a.stuck = true;
+    if (p->state() == "started" && AgeS(r, *p) >= kStuckAfterS) a.stuck = true;
+    still = std::min(still, StillS(r, *p));
     groups[Key{p->seq(), p->op(), p->bytes()}].push_back(r.rank());
   }
   auto state_of = [&](int rank) -> std::string {
@@ -62,7 +71,14 @@ FrAnalysis AnalyzeFlightRecords(const v1::FlightRecorderResponse& fr) {
     }
     return "";
   };
-  if (groups.size() > 1) {
+  if (groups.size() > 1 && still < kStuckAfterS) {
+    // A running job: ranks are a collective or two apart at any instant.
+    std::string where;
+    for (const auto& [key, ranks] : groups) where += (where.empty() ? "" : "; ") + RankList(ranks) + " " + state_of(ranks.front());
+    a.summary = "the collectives are in flight: " + where +
+                ". Ranks of a running job are a collective or two apart at any moment; a desync is ranks that "
+                "stop in different collectives and stay there (more than " + Num(kStuckAfterS) + " s).";
+  } else if (groups.size() > 1) {
     a.desync = true;
     // The largest group is the consensus; ties go to the group at the lower
     // sequence number (the ranks that are behind are waiting for the others).
@@ -84,7 +100,7 @@ FrAnalysis AnalyzeFlightRecords(const v1::FlightRecorderResponse& fr) {
         "collective).";
   } else if (groups.size() == 1) {
     const auto& g = groups.begin()->second;
-    if (a.stuck) {
+    if (a.stuck && still >= kStuckAfterS) {
       a.summary = "every rank that answered " + state_of(g.front()) +
                   ": they agree on the collective, so it is not a desync; a peer that stopped participating "
                   "(crashed, or stuck outside collectives) or a stalled transport would look like this.";

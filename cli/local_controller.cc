@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -53,9 +54,10 @@ std::optional<int> RunningControllerPid(const std::string& state_dir) {
   return pid;
 }
 
-StatusOr<ControllerProcess> StartController(const std::string& listen, const std::string& state_dir) {
+StatusOr<ControllerProcess> StartController(const std::string& listen, const std::string& state_dir,
+                                            const std::vector<std::string>& scenario_dirs) {
   std::string err;
-  if (!MakeDirs(state_dir, &err)) return Internal(err);
+  if (!MakePrivateDir(state_dir, &err)) return Internal(err);
   ControllerProcess p;
   p.state_dir = state_dir;
   p.address = listen;
@@ -63,6 +65,12 @@ StatusOr<ControllerProcess> StartController(const std::string& listen, const std
   const std::string bin = ExecutableDir() + "/firedrill-controller";
   if (access(bin.c_str(), X_OK) != 0) return NotFound("cannot find " + bin + "; build it first (make)");
   std::vector<std::string> args = {bin, "--listen", listen, "--state-dir", state_dir};
+  for (const auto& d : scenario_dirs) {
+    std::error_code ec;
+    const std::string abs = std::filesystem::absolute(d, ec).string();
+    if (!std::filesystem::is_directory(abs, ec)) return NotFound("--add-scenarios " + d + ": not a directory");
+    args.insert(args.end(), {"--add-scenarios", abs});
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -75,7 +83,7 @@ StatusOr<ControllerProcess> StartController(const std::string& listen, const std
     setsid();
     const pid_t inner = fork();
     if (inner != 0) _exit(inner < 0 ? 1 : 0);
-    const int fd = open(p.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    const int fd = open(p.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (fd >= 0) {
       dup2(fd, 1);
       dup2(fd, 2);

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -17,8 +18,10 @@ struct ControllerProcess {
 };
 
 // Starts firedrill-controller (next to this executable) detached from the
-// terminal, and waits until it answers.
-StatusOr<ControllerProcess> StartController(const std::string& listen, const std::string& state_dir);
+// terminal, and waits until it answers. `scenario_dirs` are added to the
+// shipped catalogue (--add-scenarios).
+StatusOr<ControllerProcess> StartController(const std::string& listen, const std::string& state_dir,
+                                            const std::vector<std::string>& scenario_dirs = {});
 // SIGTERM, wait (the controller stops its agents), SIGKILL if it lingers.
 StatusOr<int> StopController(const std::string& state_dir);
 // The pid in <state-dir>/controller.pid if that process is a live controller.

@@ -42,6 +42,16 @@ std::string ToJson(const google::protobuf::Message& msg) {
   return out;
 }
 
+std::string ToJsonLine(const google::protobuf::Message& msg) {
+  google::protobuf::util::JsonPrintOptions opt;
+  opt.add_whitespace = false;
+  opt.always_print_primitive_fields = true;
+  opt.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(msg, &out, opt);
+  return out;
+}
+
 std::string Num(double v, int precision) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.*f", precision, v);
@@ -65,11 +75,35 @@ void PrintScenarios(const v1::ListScenariosResponse& r, std::ostream& out) {
   t.Print(out);
 }
 
+void PrintScenarioDetail(const v1::ScenarioDetail& d, std::ostream& out) {
+  out << d.id() << ": " << d.title() << " (" << d.band() << ", " << d.world_size() << " ranks)\n\n"
+      << d.briefing() << "\n"
+      << "time: points for speed run out " << d.time_budget_s() << " s after the fault shows; the session ends "
+      << d.time_limit_s() << " s after the job starts\n"
+      << "hints: " << d.hints() << " (" << d.hint_cost() << " points each); each revision of the diagnosis after the "
+      << "first costs " << d.revision_cost() << "; each collateral action (replacing a healthy host, restarting from "
+      << "scratch, deleting checkpoints) costs " << d.collateral_cost() << "\n";
+  std::string may;
+  for (const auto& k : d.may_change()) may += (may.empty() ? "" : ", ") + k;
+  out << "a fix may change: operational settings (loader, buckets, sampler, timeouts, interfaces, checkpoint cadence, "
+         "threads) and hosts"
+      << (may.empty() ? "" : "; of the workload, only " + may) << "\n";
+  const auto& t = d.tools();
+  std::string tools = "status, top, config";
+  if (!t.has_trace() || t.trace()) tools += ", trace";
+  if (!t.has_logs() || t.logs()) tools += ", logs";
+  if (!t.has_flight_recorder() || t.flight_recorder()) tools += ", fr";
+  if (!t.has_probes() || t.probes()) tools += ", probe";
+  if (t.straggler_detector()) tools += ", the straggler detector (SLOW in status)";
+  out << "tools: " << tools << "\n";
+}
+
 void PrintSessions(const v1::ListSessionsResponse& r, std::ostream& out) {
   Table t({"SESSION", "SCENARIO", "STATE", "SEED", "SCORE"});
   for (const auto& s : r.sessions()) {
-    const std::string score =
-        s.state() == "scored" ? std::to_string(s.total_score()) + "/" + std::to_string(s.max_score()) : "-";
+    const std::string score = s.state() == "scored" || s.state() == "ended"
+                                  ? std::to_string(s.total_score()) + "/" + std::to_string(s.max_score())
+                                  : "-";
     t.Add({s.session_id(), s.scenario_id(), s.state(), std::to_string(s.seed()), score});
   }
   t.Print(out);
@@ -79,16 +113,29 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
   const auto& s = st.session();
   out << "session " << s.session_id() << "  " << s.scenario_id() << "  state " << s.state();
   if (st.elapsed_s() > 0) out << "  elapsed " << Num(st.elapsed_s()) << " s";
+  if (st.time_limit_s() > 0 && s.state() == "running")
+    out << " (ends by itself at " << Num(st.time_limit_s()) << " s)";
   out << "\n";
+  if (!s.end_reason().empty()) out << s.state() << ": " << s.end_reason() << "\n";
   const auto& run = st.run();
   if (!run.kind().empty()) {
-    out << run.kind() << " run: " << run.state() << ", step " << run.steps_done() << "/" << run.steps_total()
+    out << run.kind() << " run: " << run.state() << ", step " << run.steps_done()
+        << (run.steps_total() > 0 ? "/" + std::to_string(run.steps_total()) : "")
         << ", " << Num(run.throughput_samples_per_s()) << " samples/s (last window)";
     if (st.baseline().throughput_samples_per_s() > 0) {
       out << ", healthy baseline " << Num(st.baseline().throughput_samples_per_s()) << " samples/s ("
           << Num(run.throughput_samples_per_s() / st.baseline().throughput_samples_per_s(), 2) << "x)";
     }
     out << ", global batch " << st.global_batch() << "\n";
+  }
+  const auto& b = st.baseline();
+  if (b.throughput_samples_per_s() > 0) {
+    out << "healthy baseline (measured before the drill): step " << Num(b.median_step_ms(), 1) << " ms; data "
+        << Num(b.data_ms(), 1) << ", fwd+bwd " << Num(b.compute_ms(), 1) << ", comm " << Num(b.comm_ms(), 1)
+        << " ms per rank";
+    if (b.tokens_per_s() > 0) out << "; " << Num(b.tokens_per_s()) << " tokens/s";
+    if (b.padding_fraction() > 0) out << "; padding " << Num(100 * b.padding_fraction(), 1) << "%";
+    out << "\n";
   }
   out << "\n";
   // Columns for telemetry that not every job has: shown only when some rank
@@ -136,8 +183,13 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     t.Add(std::move(row));
   }
   t.Print(out);
-  out << "(phase times in ms, averaged over the last " << (st.ranks_size() ? st.ranks(0).window_steps() : 0)
-      << " steps; BUSY/MED = (step - comm wait) relative to the median rank)\n";
+  int window = 0;
+  for (const auto& r : st.ranks()) window = std::max(window, r.window_steps());
+  if (window > 0)
+    out << "(phase times in ms, averaged over the last " << window
+        << " steps; BUSY/MED = (step - comm wait) relative to the median rank)\n";
+  else
+    out << "(no steps reported yet)\n";
   std::string notes;
   auto note = [&](bool shown, const char* text) {
     if (shown) notes += (notes.empty() ? "" : "; ") + std::string(text);
@@ -164,36 +216,72 @@ void PrintVerification(const v1::Verification& v, std::ostream& out) {
   out << "verification " << (v.passed() ? "PASSED" : "FAILED") << ": " << v.detail() << "\n";
 }
 
+namespace {
+std::string FindingText(const v1::Finding& f) {
+  std::string rs;
+  for (int c : f.culprit_ranks()) rs += (rs.empty() ? "" : ",") + std::to_string(c);
+  return f.cause() + (rs.empty() ? "" : " on rank " + rs);
+}
+std::string FindingsText(const google::protobuf::RepeatedPtrField<v1::Finding>& fs) {
+  std::string out;
+  for (const auto& f : fs) out += (out.empty() ? "" : " + ") + FindingText(f);
+  return out;
+}
+std::string FixText(const v1::ApplyFixRequest& f) {
+  std::string out;
+  for (int r : f.replace_host_ranks()) out += (out.empty() ? "" : " ") + std::string("--replace-host ") + std::to_string(r);
+  for (const auto& kv : f.settings()) out += (out.empty() ? "" : " ") + std::string("--set ") + kv.key() + "=" + kv.value();
+  if (f.no_change()) out = "--no-change";
+  return out;
+}
+}  // namespace
+
 void PrintScore(const v1::ScoreReport& r, std::ostream& out) {
-  out << "score for session " << r.session_id() << " (" << r.scenario_id() << ")"
-      << (r.final() ? "" : "  [provisional: no verified fix yet]") << "\n\n";
+  out << "score for session " << r.session_id() << " (" << r.scenario_id() << ")";
+  if (!r.final()) out << ": not scored yet (" << (r.state().empty() ? "in progress" : r.state()) << ")";
+  out << "\n";
+  if (r.diagnoses_size() > 0) {
+    out << "\ndiagnoses:\n";
+    for (const auto& d : r.diagnoses()) out << "  #" << d.number() << " " << FindingsText(d.findings()) << "\n";
+  } else {
+    out << "\nno diagnosis submitted\n";
+  }
+  out << (r.fix_applied() ? "fix: " + FixText(r.fix()) : std::string("no fix applied")) << "\n";
+  if (!r.final()) {
+    out << "(nothing here says whether any of it is right until the session is scored)\n";
+    return;
+  }
+  out << "\n";
   Table t({"ITEM", "POINTS", "MAX", "WHY"});
   for (const auto& it : r.items()) {
     t.Add({it.name(), std::to_string(it.points()), std::to_string(it.max_points()), it.reason()});
   }
   t.Add({"total", std::to_string(r.total()), std::to_string(r.max_total()), ""});
   t.Print(out);
-  if (r.final()) {
-    std::string ranks;
-    for (int c : r.answer_culprit_ranks()) ranks += (ranks.empty() ? "" : ",") + std::to_string(c);
-    out << "\nanswer: " << r.answer_cause() << (ranks.empty() ? "" : " on rank " + ranks)
-        << (r.runbook().empty() ? "" : "; runbook: " + r.runbook()) << "\n";
-  }
+  for (const auto& c : r.collateral()) out << "collateral: " << c << "\n";
+  if (r.needs_review()) out << "REVIEW: " << r.note() << "\n";
+  out << "\nanswer: " << FindingsText(r.answer_findings())
+      << (r.runbook().empty() ? "" : "; runbook: " + r.runbook()) << "\n";
 }
 
 void Progress::Update(const std::string& phase, int64_t done, int64_t total) {
   if (!isatty(2)) return;
-  const int width = 30;
-  const int filled = total > 0 ? static_cast<int>(width * std::min<int64_t>(done, total) / total) : 0;
-  std::fprintf(stderr, "\r%s %-10s [%s%s] %lld/%lld steps  ", label_.c_str(), phase.c_str(),
-               std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
-               static_cast<long long>(done), static_cast<long long>(total));
+  const std::string text = label_.empty() ? phase : label_ + " " + phase;
+  if (total <= 0) {
+    std::fprintf(stderr, "\r%-60s", text.c_str());
+  } else {
+    const int width = 30;
+    const int filled = static_cast<int>(width * std::min<int64_t>(done, total) / total);
+    std::fprintf(stderr, "\r%-40s [%s%s] %lld/%lld steps  ", text.c_str(), std::string(filled, '#').c_str(),
+                 std::string(width - filled, '.').c_str(), static_cast<long long>(done),
+                 static_cast<long long>(total));
+  }
   std::fflush(stderr);
   drawn_ = true;
 }
 
 void Progress::Done() {
-  if (drawn_) std::fprintf(stderr, "\r%*s\r", 80, "");
+  if (drawn_) std::fprintf(stderr, "\r%*s\r", 100, "");
   drawn_ = false;
 }
 

@@ -236,6 +236,7 @@ FileCheck CheckScenarioFile(const std::string& path, const std::vector<SkillAtom
   r.ok = true;
   r.id = s->id();
   r.title = s->title();
+  for (auto& w : controller::ScenarioWarnings(*s)) r.warnings.push_back(std::move(w));
   if (table) {
     if (s->skills().empty())
       r.warnings.push_back("no `skills:` listed, so it covers no skill atom of the course");
@@ -258,13 +259,13 @@ FileCheck CheckScenarioFile(const std::string& path, const std::vector<SkillAtom
   return r;
 }
 
-void PrintFileChecks(const std::vector<FileCheck>& checks, std::ostream& out) {
+void PrintFileChecks(const std::vector<FileCheck>& checks, std::ostream& out, std::ostream& err) {
   for (const auto& c : checks) {
     if (c.ok)
       out << c.file << ": ok (" << c.id << ": " << c.title << ")\n";
     else
-      out << c.error << "\n";
-    for (const auto& w : c.warnings) out << c.file << ": warning: " << w << "\n";
+      err << c.error << "\n";
+    for (const auto& w : c.warnings) err << c.file << ": warning: " << w << "\n";
   }
 }
 
@@ -291,7 +292,7 @@ int RunScenarioValidate(CliContext& ctx, const std::vector<std::string>& files,
   if (ctx.json)
     *ctx.out << FileChecksJson(checks) << "\n";
   else
-    PrintFileChecks(checks, *ctx.out);
+    PrintFileChecks(checks, *ctx.out, *ctx.err);
   return std::all_of(checks.begin(), checks.end(), [](const FileCheck& c) { return c.ok; }) ? 0 : 1;
 }
 

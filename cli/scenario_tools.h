@@ -66,7 +66,8 @@ struct FileCheck {
 // `runbook:` that exists neither beside the file nor one directory up (the
 // repository root for scenarios/).
 FileCheck CheckScenarioFile(const std::string& path, const std::vector<SkillAtom>* table);
-void PrintFileChecks(const std::vector<FileCheck>& checks, std::ostream& out);
+// Valid files on `out`; errors and warnings on `err`.
+void PrintFileChecks(const std::vector<FileCheck>& checks, std::ostream& out, std::ostream& err);
 std::string FileChecksJson(const std::vector<FileCheck>& checks);
 
 // The subcommands. Validate returns 1 if any file is invalid; a skill table

@@ -59,7 +59,8 @@ std::string ChromeTraceJson(const v1::TraceResponse& trace) {
   for (const auto& r : trace.ranks()) {
     const int pid = r.rank();
     events.push_back(Meta("process_name", pid, -1, "rank " + std::to_string(r.rank()) + " (" + r.host() + ")"));
-    events.push_back(Meta("process_sort_index", pid, -1, std::to_string(r.rank())));
+    // Trace Event Format: process_sort_index takes an integer sort_index.
+    events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", r.rank()}}}});
     events.push_back(Meta("thread_name", pid, kStepTid, "step"));
     events.push_back(Meta("thread_name", pid, kComputeTid, "compute (training thread)"));
     events.push_back(Meta("thread_name", pid, kCommTid, "comm (gradient all-reduce)"));

@@ -15,6 +15,7 @@
 namespace firedrill {
 
 std::string DefaultStateDir() {
+  if (const char* env = std::getenv("FIREDRILL_STATE_DIR"); env && *env) return env;
   if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg) {
     return std::string(xdg) + "/firedrill";
   }
@@ -56,6 +57,15 @@ bool MakeDirs(const std::string& path, std::string* err) {
   std::filesystem::create_directories(path, ec);
   if (ec) {
     if (err) *err = "cannot create directory " + path + ": " + ec.message();
+    return false;
+  }
+  return true;
+}
+
+bool MakePrivateDir(const std::string& path, std::string* err) {
+  if (!MakeDirs(path, err)) return false;
+  if (::chmod(path.c_str(), 0700) != 0) {
+    if (err) *err = "cannot make " + path + " private (chmod 0700): " + std::strerror(errno);
     return false;
   }
   return true;

@@ -5,7 +5,8 @@
 
 namespace firedrill {
 
-// $XDG_DATA_HOME/firedrill, or ~/.local/share/firedrill.
+// $FIREDRILL_STATE_DIR, else $XDG_DATA_HOME/firedrill, else
+// ~/.local/share/firedrill.
 std::string DefaultStateDir();
 // Directory holding the running executable (from /proc/self/exe).
 std::string ExecutableDir();
@@ -19,5 +20,8 @@ std::string DefaultSkillsFile();
 std::string DefaultControllerAddress();
 // mkdir -p; returns false and sets err on failure.
 bool MakeDirs(const std::string& path, std::string* err);
+// mkdir -p, then the leaf is made owner-only (0700): the controller's state
+// holds every answer key, the agents' logs and join tokens.
+bool MakePrivateDir(const std::string& path, std::string* err);
 
 }  // namespace firedrill

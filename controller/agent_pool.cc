@@ -1,8 +1,31 @@
 #include "controller/agent_pool.h"
 
+#include <openssl/crypto.h>
+
 #include "common/log.h"
 
 namespace firedrill::controller {
+
+namespace {
+bool SameSecret(const std::string& a, const std::string& b) {
+  return !a.empty() && a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+}  // namespace
+
+void AgentPool::SetPoolToken(std::string token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pool_token_ = std::move(token);
+}
+
+void AgentPool::Expect(const std::string& agent_id, const std::string& token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  expected_[agent_id] = token;
+}
+
+void AgentPool::Forget(const std::string& agent_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  expected_.erase(agent_id);
+}
 
 grpc::Status AgentPool::Connect(grpc::ServerContext* ctx,
                                 grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream) {
@@ -17,6 +40,17 @@ grpc::Status AgentPool::Connect(grpc::ServerContext* ctx,
   const std::string id = conn->info.agent_id;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    auto want = expected_.find(id);
+    const bool launched = want != expected_.end() && SameSecret(msg.hello().join_token(), want->second);
+    const bool pooled = want == expected_.end() && SameSecret(msg.hello().join_token(), pool_token_);
+    if (!launched && !pooled) {
+      spdlog::warn("agent {} (host {}, pid {}) refused: no valid join token", id, msg.hello().host(),
+                   msg.hello().pid());
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          "agent '" + id + "' has no valid join token: an agent the controller launches gets one "
+                          "in FIREDRILL_JOIN_TOKEN; a remote agent needs the pool token (--join-token-file, the "
+                          "file the controller's --pool-token-file names)");
+    }
     if (conns_.count(id)) {
       return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
                           "agent id '" + id + "' is already connected; give each agent a unique --agent-id");
@@ -34,6 +68,13 @@ grpc::Status AgentPool::Connect(grpc::ServerContext* ctx,
         listener_->OnSteps(id, msg.steps());
         break;
       case v1::AgentMessage::kEvent:
+        if (msg.event().kind() == v1::JobEvent::FINISHED || msg.event().kind() == v1::JobEvent::FAILED) {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (conn->run_id == msg.event().run_id()) {
+            conn->run_id.clear();
+            conn->info.busy = false;
+          }
+        }
         listener_->OnJobEvent(id, msg.event());
         break;
       case v1::AgentMessage::kFlightRecord:
@@ -69,6 +110,11 @@ bool AgentPool::Send(const std::string& agent_id, const v1::ControllerMessage& m
     auto it = conns_.find(agent_id);
     if (it == conns_.end()) return false;
     conn = it->second;
+  }
+  if (msg.has_run()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    conn->run_id = msg.run().run_id();
+    conn->info.busy = true;
   }
   std::lock_guard<std::mutex> lock(conn->write_mu);
   return conn->stream != nullptr && conn->stream->Write(msg);

@@ -1,6 +1,11 @@
 // The AgentLink service: every agent holds one bidirectional stream. The pool
 // knows which agents are connected, sends them messages, and forwards what
 // they report to a Listener (the session manager).
+//
+// Only agents with a credential join: an agent the controller launched
+// presents the join token it was given for its id (Expect), a remote agent
+// the operator's pool token. Anything else is refused with
+// PERMISSION_DENIED before it can read a job (and its faults) or report.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -24,6 +29,7 @@ struct AgentInfo {
   std::string host;
   int pid = 0;
   std::string advertise_addr;
+  bool busy = false;  // holds a job it has not reported finished or failed
 };
 
 class AgentListener {
@@ -39,6 +45,12 @@ class AgentListener {
 class AgentPool final : public v1::AgentLink::Service {
  public:
   void SetListener(AgentListener* listener) { listener_ = listener; }
+  // Remote agents must present this token; empty: remote agents are refused.
+  void SetPoolToken(std::string token);
+  // The agent `agent_id` (about to be launched) may join with `token`.
+  void Expect(const std::string& agent_id, const std::string& token);
+  // Drops an expectation (the agent was retired before it joined).
+  void Forget(const std::string& agent_id);
 
   grpc::Status Connect(grpc::ServerContext* ctx,
                        grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream) override;
@@ -56,6 +68,7 @@ class AgentPool final : public v1::AgentLink::Service {
  private:
   struct Conn {
     AgentInfo info;
+    std::string run_id;  // the job it was sent and has not ended
     grpc::ServerContext* ctx = nullptr;
     grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream = nullptr;
     std::mutex write_mu;
@@ -63,6 +76,8 @@ class AgentPool final : public v1::AgentLink::Service {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::shared_ptr<Conn>> conns_;
+  std::map<std::string, std::string> expected_;  // agent id -> join token
+  std::string pool_token_;
   AgentListener* listener_ = nullptr;
 };
 

@@ -1,14 +1,24 @@
 #include "controller/drill_service.h"
 
+#include "faults/registry.h"
+#include "google/rpc/status.pb.h"
+
 namespace firedrill::controller {
 
 grpc::Status ToGrpc(const Status& st) {
   if (st.ok()) return grpc::Status::OK;
-  // The details mark the error as the controller's own, so that a client
+  // The ErrorInfo marks the error as the controller's own, so that a client
   // can tell "probe ... did not reach a step boundary" (DEADLINE_EXCEEDED)
   // or "rank 2's agent is not connected" (UNAVAILABLE) from gRPC's own
   // transport errors with the same codes.
-  return grpc::Status(static_cast<grpc::StatusCode>(st.code()), st.message(), "firedrill");
+  google::rpc::Status rich;
+  rich.set_code(static_cast<int>(st.code()));
+  rich.set_message(st.message());
+  google::rpc::ErrorInfo info;
+  info.set_domain(kErrorDomain);
+  info.set_reason(StatusCodeName(st.code()));
+  rich.add_details()->PackFrom(info);
+  return grpc::Status(static_cast<grpc::StatusCode>(st.code()), st.message(), rich.SerializeAsString());
 }
 
 namespace {
@@ -23,6 +33,22 @@ grpc::Status Reply(StatusOr<T> r, Out* out) {
 grpc::Status DrillService::ListScenarios(grpc::ServerContext*, const v1::ListScenariosRequest*,
                                          v1::ListScenariosResponse* out) {
   for (auto& s : sessions_->ListScenarios()) *out->add_scenarios() = std::move(s);
+  return grpc::Status::OK;
+}
+
+grpc::Status DrillService::GetScenario(grpc::ServerContext*, const v1::GetScenarioRequest* req,
+                                       v1::ScenarioDetail* out) {
+  return Reply(sessions_->GetScenario(req->scenario_id()), out);
+}
+
+grpc::Status DrillService::ListCauses(grpc::ServerContext*, const v1::ListCausesRequest*,
+                                      v1::ListCausesResponse* out) {
+  for (const auto& c : faults::CauseTaxonomy()) {
+    v1::CauseInfo* i = out->add_causes();
+    i->set_cause(c.cause);
+    i->set_meaning(c.meaning);
+    i->set_cause_class(c.cause_class);
+  }
   return grpc::Status::OK;
 }
 

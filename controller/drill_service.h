@@ -7,7 +7,11 @@
 
 namespace firedrill::controller {
 
+// A failed Status as a gRPC status whose details (grpc-status-details-bin)
+// are a google.rpc.Status carrying an ErrorInfo of domain "firedrill": the
+// mark that the controller itself said it (not gRPC's transport).
 grpc::Status ToGrpc(const Status& st);
+inline constexpr const char* kErrorDomain = "firedrill";
 
 class DrillService final : public v1::Drill::Service {
  public:
@@ -15,6 +19,8 @@ class DrillService final : public v1::Drill::Service {
 
   grpc::Status ListScenarios(grpc::ServerContext*, const v1::ListScenariosRequest*,
                              v1::ListScenariosResponse*) override;
+  grpc::Status GetScenario(grpc::ServerContext*, const v1::GetScenarioRequest*, v1::ScenarioDetail*) override;
+  grpc::Status ListCauses(grpc::ServerContext*, const v1::ListCausesRequest*, v1::ListCausesResponse*) override;
   grpc::Status StartSession(grpc::ServerContext*, const v1::StartSessionRequest*, v1::SessionInfo*) override;
   grpc::Status ListSessions(grpc::ServerContext*, const v1::ListSessionsRequest*,
                             v1::ListSessionsResponse*) override;

@@ -49,9 +49,10 @@ Launcher::~Launcher() {
   for (auto& [id, pid] : children_) waitpid(pid, nullptr, 0);
 }
 
-StatusOr<pid_t> Launcher::Launch(const std::string& agent_id, const std::string& host) {
+StatusOr<pid_t> Launcher::Launch(const std::string& agent_id, const std::string& host,
+                                 const std::string& join_token) {
   std::string err;
-  if (!MakeDirs(log_dir_, &err)) return Internal(err);
+  if (!MakePrivateDir(log_dir_, &err)) return Internal(err);
   const std::string log_path = log_dir_ + "/" + agent_id + ".log";
   std::vector<std::string> args = {agent_bin_, "--controller", controller_addr_, "--agent-id", agent_id,
                                    "--host",   host,       "--exit-on-disconnect"};
@@ -65,10 +66,13 @@ StatusOr<pid_t> Launcher::Launch(const std::string& agent_id, const std::string&
   std::vector<std::string> env_store;
   bool has_omp = false;
   for (char** e = environ; *e != nullptr; ++e) {
-    env_store.emplace_back(*e);
-    has_omp = has_omp || env_store.back().rfind("OMP_NUM_THREADS=", 0) == 0;
+    const std::string kv = *e;
+    if (kv.rfind("FIREDRILL_JOIN_TOKEN=", 0) == 0) continue;
+    env_store.push_back(kv);
+    has_omp = has_omp || kv.rfind("OMP_NUM_THREADS=", 0) == 0;
   }
   if (!has_omp) env_store.emplace_back("OMP_NUM_THREADS=1");
+  env_store.push_back("FIREDRILL_JOIN_TOKEN=" + join_token);
   std::vector<char*> envp;
   for (auto& e : env_store) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -82,7 +86,7 @@ StatusOr<pid_t> Launcher::Launch(const std::string& agent_id, const std::string&
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);  // the controller died before prctl
-    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (fd >= 0) {
       dup2(fd, 1);
       dup2(fd, 2);

@@ -25,7 +25,9 @@ class Launcher {
   Launcher(std::string agent_bin, std::string controller_addr, std::string log_dir, ExitFn on_exit);
   ~Launcher();  // kills every agent it started and reaps them
 
-  StatusOr<pid_t> Launch(const std::string& agent_id, const std::string& host);
+  // The agent gets `join_token` in FIREDRILL_JOIN_TOKEN (the environment,
+  // not the command line, which every user can read in /proc).
+  StatusOr<pid_t> Launch(const std::string& agent_id, const std::string& host, const std::string& join_token);
   // SIGKILL to the agent's process group; the exit is reported as usual.
   void Kill(const std::string& agent_id);
   void KillAll();

@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "common/log.h"
 #include "common/paths.h"
@@ -13,7 +15,8 @@ int main(int argc, char** argv) {
   using namespace firedrill;
   controller::ServerOptions opts;
   opts.state_dir = DefaultStateDir();
-  opts.scenario_dir = DefaultScenarioDir();
+  std::string scenario_dir = DefaultScenarioDir();
+  std::vector<std::string> extra_dirs;
   opts.agent_bin = ExecutableDir() + "/firedrill-agent";
   opts.listen = DefaultControllerAddress();
   std::string launcher = "local";
@@ -21,13 +24,21 @@ int main(int argc, char** argv) {
   CLI::App app{"firedrill-controller: runs drills, their agents and the learner-facing Drill API"};
   app.add_option("--listen", opts.listen, "host:port to serve gRPC on (port 0 = any free port)")->capture_default_str();
   app.add_option("--state-dir", opts.state_dir, "database, logs and pid file")->capture_default_str();
-  app.add_option("--scenarios", opts.scenario_dir, "directory of scenario YAML files")->capture_default_str();
+  app.add_option("--scenarios", scenario_dir, "the scenario catalogue (a directory of YAML files)")
+      ->capture_default_str();
+  app.add_option("--add-scenarios", extra_dirs, "more scenario directories beside the catalogue (repeatable)");
   app.add_option("--agent-bin", opts.agent_bin, "firedrill-agent executable (local launcher)")->capture_default_str();
   app.add_option("--launcher", launcher, "local: spawn agents here; remote: use agents that register")
       ->check(CLI::IsMember({"local", "remote"}))
       ->capture_default_str();
+  app.add_option("--agent-listen", opts.agent_listen,
+                 "host:port where remote agents register (needs --pool-token-file); local agents use a Unix "
+                 "socket in the state dir");
+  app.add_option("--pool-token-file", opts.pool_token_file, "file whose first line is the token remote agents present");
   CLI11_PARSE(app, argc, argv);
   opts.local_launcher = launcher == "local";
+  opts.scenario_dirs.push_back(scenario_dir);
+  opts.scenario_dirs.insert(opts.scenario_dirs.end(), extra_dirs.begin(), extra_dirs.end());
 
   InitLogging("controller");
   // Signals are taken synchronously in main; every other thread blocks them.

@@ -88,55 +88,105 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
   if (per_rank.empty() || count <= 0) return out;
   const int64_t last = first_step + count - 1;
   std::vector<double> rank_step_ms, rank_busy_ms, step_ms_all;
+  double data = 0, compute = 0, comm = 0, pad = 0, tokens = 0;
+  int64_t n = 0;
   int64_t measured = count;
   for (const auto& steps : per_rank) {
-    std::vector<double> step_ms, busy;
+    std::vector<double> step_ms, busy, tps;
     for (const auto& s : steps) {
       if (s.step() < first_step || s.step() > last) continue;
       step_ms.push_back(s.step_ms());
       busy.push_back(BusyMs(s));
+      tps.push_back(s.tokens_per_s());
       step_ms_all.push_back(s.step_ms());
+      data += s.data_ms();
+      compute += s.forward_ms() + s.backward_ms();
+      comm += s.comm_ms();
+      pad += s.padding_fraction();
+      ++n;
     }
     measured = std::min(measured, static_cast<int64_t>(step_ms.size()));
     if (!step_ms.empty()) {
       rank_step_ms.push_back(Median(step_ms));
       rank_busy_ms.push_back(Percentile(busy, kBusyQuantile));
+      tokens += Median(tps);
     }
   }
   out.steps = measured;
   if (measured == 0 || rank_step_ms.empty()) return out;
   const double job_step_ms = *std::max_element(rank_step_ms.begin(), rank_step_ms.end());
   out.throughput_samples_per_s = job_step_ms > 0 ? global_batch * 1000.0 / job_step_ms : 0;
+  out.tokens_per_s = tokens;
   out.median_step_ms = Median(step_ms_all);
   const double med_busy = Median(rank_busy_ms);
   out.rank_step_skew = med_busy > 0 ? *std::max_element(rank_busy_ms.begin(), rank_busy_ms.end()) / med_busy : 0;
+  out.data_ms = data / static_cast<double>(n);
+  out.compute_ms = compute / static_cast<double>(n);
+  out.comm_ms = comm / static_cast<double>(n);
+  out.padding_fraction = pad / static_cast<double>(n);
   return out;
 }
 
-v1::Verification Verify(const v1::RunSummary& baseline, const WindowStats& run, const v1::VerifySpec& spec) {
+double Throughput(const WindowStats& w, const std::string& unit) {
+  return unit == "tokens" ? w.tokens_per_s : w.throughput_samples_per_s;
+}
+
+void FillSummary(const WindowStats& w, v1::RunSummary* out) {
+  out->set_throughput_samples_per_s(w.throughput_samples_per_s);
+  out->set_tokens_per_s(w.tokens_per_s);
+  out->set_median_step_ms(w.median_step_ms);
+  out->set_rank_step_skew(w.rank_step_skew);
+  out->set_data_ms(w.data_ms);
+  out->set_compute_ms(w.compute_ms);
+  out->set_comm_ms(w.comm_ms);
+  out->set_padding_fraction(w.padding_fraction);
+}
+
+v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::VerifySpec& spec) {
+  const std::string unit = spec.throughput_unit() == "tokens" ? "tokens" : "samples";
   v1::Verification v;
   v.set_done(true);
-  v.set_throughput_samples_per_s(run.throughput_samples_per_s);
-  v.set_baseline_samples_per_s(baseline.throughput_samples_per_s());
-  const double ratio = baseline.throughput_samples_per_s() > 0
-                           ? run.throughput_samples_per_s / baseline.throughput_samples_per_s()
-                           : 0;
-  v.set_throughput_ratio(ratio);
+  v.set_unit(unit);
   v.set_throughput_ratio_min(spec.throughput_vs_baseline_min());
-  v.set_rank_step_skew(run.rank_step_skew);
   v.set_rank_step_skew_max(spec.rank_step_skew_max());
-  const bool steps_ok = run.steps >= spec.window_steps();
+  std::vector<double> ratios, skews, healthy, fixed;
+  int64_t steps = pairs.empty() ? 0 : INT64_MAX;
+  for (const auto& p : pairs) {
+    const double a = Throughput(p.healthy, unit), b = Throughput(p.fixed, unit);
+    v1::VerifyPair* vp = v.add_pairs();
+    vp->set_healthy(a);
+    vp->set_fixed(b);
+    vp->set_ratio(a > 0 ? b / a : 0);
+    vp->set_fixed_skew(p.fixed.rank_step_skew);
+    ratios.push_back(vp->ratio());
+    skews.push_back(p.fixed.rank_step_skew);
+    healthy.push_back(a);
+    fixed.push_back(b);
+    steps = std::min(steps, p.fixed.steps);
+  }
+  const double ratio = Median(ratios), skew = Median(skews);
+  v.set_throughput_ratio(ratio);
+  v.set_throughput_samples_per_s(Median(fixed));
+  v.set_baseline_samples_per_s(Median(healthy));
+  v.set_rank_step_skew(skew);
+  const bool steps_ok = !pairs.empty() && steps >= spec.window_steps();
   const bool tput_ok = ratio >= spec.throughput_vs_baseline_min();
-  const bool skew_ok = run.rank_step_skew > 0 && run.rank_step_skew <= spec.rank_step_skew_max();
+  const bool skew_ok = skew > 0 && skew <= spec.rank_step_skew_max();
   v.set_passed(steps_ok && tput_ok && skew_ok);
-  char buf[512];
+  std::string each;
+  for (double r : ratios) {
+    char b[16];
+    std::snprintf(b, sizeof(b), "%.2f", r);
+    each += (each.empty() ? "" : ", ") + std::string(b);
+  }
+  char buf[640];
   std::snprintf(buf, sizeof(buf),
-                "throughput %.0f samples/s = %.2fx baseline %.0f (need >= %.2f) %s; rank busy-time skew %.2f "
-                "(need <= %.2f) %s; %lld/%d steps measured%s",
-                run.throughput_samples_per_s, ratio, baseline.throughput_samples_per_s(),
-                spec.throughput_vs_baseline_min(), tput_ok ? "ok" : "FAIL", run.rank_step_skew,
-                spec.rank_step_skew_max(), skew_ok ? "ok" : "FAIL", static_cast<long long>(run.steps),
-                spec.window_steps(), steps_ok ? "" : " FAIL");
+                "throughput %.0f %s/s = %.2fx the healthy job's %.0f (median of %zu healthy/fixed pairs: %s), "
+                "need >= %.2f %s; rank busy-time skew %.2f (need <= %.2f) %s; %lld/%d steps measured%s",
+                Median(fixed), unit.c_str(), ratio, Median(healthy), pairs.size(), each.c_str(),
+                spec.throughput_vs_baseline_min(), tput_ok ? "ok" : "FAIL", skew, spec.rank_step_skew_max(),
+                skew_ok ? "ok" : "FAIL", static_cast<long long>(pairs.empty() ? 0 : steps), spec.window_steps(),
+                steps_ok ? "" : " FAIL");
   v.set_detail(buf);
   return v;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/stats.h"
@@ -47,9 +48,21 @@ inline constexpr double kBusyQuantile = 0.25;
 struct WindowStats {
   int64_t steps = 0;                    // steps measured on every rank
   double throughput_samples_per_s = 0;  // whole job, from its median step
+  double tokens_per_s = 0;              // whole job: sum over ranks of their median real tokens/s
   double median_step_ms = 0;
   double rank_step_skew = 0;            // max/median over ranks of busy p25
+  // Means over ranks and steps: what the job spent its steps on.
+  double data_ms = 0;
+  double compute_ms = 0;                // forward + backward
+  double comm_ms = 0;                   // exposed collective wait
+  double padding_fraction = 0;
 };
+
+// Throughput of a window in a verification unit: "tokens" or samples.
+double Throughput(const WindowStats& w, const std::string& unit);
+
+// The window's numbers into a run summary.
+void FillSummary(const WindowStats& w, v1::RunSummary* out);
 
 // Measures steps [first_step, first_step + count) on every rank.
 // per_rank[r] holds rank r's reports in step order. global_batch = sum of
@@ -58,7 +71,15 @@ struct WindowStats {
 WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_rank, int64_t first_step,
                           int64_t count, int global_batch);
 
-// Compares a verification window with the session's healthy baseline.
-v1::Verification Verify(const v1::RunSummary& baseline, const WindowStats& run, const v1::VerifySpec& spec);
+// One healthy (A) and one fixed (B) window measured back to back.
+struct MeasuredPair {
+  WindowStats healthy, fixed;
+};
+
+// Judges a fix on paired windows: the median over pairs of fixed/healthy
+// throughput (in the spec's unit) against the floor, the median of the
+// fixed windows' rank skew against the ceiling, and every fixed window
+// measured in full.
+v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::VerifySpec& spec);
 
 }  // namespace firedrill::controller

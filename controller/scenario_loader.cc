@@ -393,5 +393,25 @@ StatusOr<std::vector<v1::Scenario>> LoadScenarioDir(const std::string& dir) {
   return out;
 }
 
+StatusOr<std::vector<v1::Scenario>> LoadScenarioDirs(const std::vector<std::string>& dirs) {
+  std::vector<v1::Scenario> out;
+  std::map<std::string, std::string> by_id;
+  std::string where;
+  for (const auto& dir : dirs) {
+    auto some = LoadScenarioDir(dir);
+    if (!some.ok()) return some.status();
+    for (auto& sc : *some) {
+      auto [it, fresh] = by_id.emplace(sc.id(), sc.source_file());
+      if (!fresh)
+        return InvalidArgument(sc.source_file() + ": duplicate scenario id '" + sc.id() + "', also used by " +
+                               it->second);
+      out.push_back(std::move(sc));
+    }
+    where += (where.empty() ? "" : ", ") + dir;
+  }
+  if (out.empty()) return NotFound("no scenario files (*.yaml) in " + (where.empty() ? "no folder" : where));
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id() < b.id(); });
+  return out;
+}
 
 }  // namespace firedrill::controller

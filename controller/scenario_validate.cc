@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cctype>
 #include <cstdio>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "common/suggest.h"
+#include "controller/job_keys.h"
 #include "controller/scenario_internal.h"
 #include "controller/scenario_loader.h"
 #include "faults/registry.h"
@@ -187,17 +191,83 @@ Check CheckFault(const v1::Scenario& s, int i) {
   return std::nullopt;
 }
 
-// Scalar leaves of a message, by dotted path.
-void CollectLeaves(const pb::Descriptor* d, const std::string& prefix, std::vector<std::string>* out) {
-  for (int i = 0; i < d->field_count(); ++i) {
-    const FD* f = d->field(i);
-    if (f->is_repeated()) continue;
-    if (f->cpp_type() == FD::CPPTYPE_MESSAGE) {
-      CollectLeaves(f->message_type(), Join(prefix, f->name()), out);
-    } else {
-      out->push_back(Join(prefix, f->name()));
+Check CheckFindingSpec(const v1::Scenario& s, const std::string& p, const std::string& cause,
+                       const google::protobuf::RepeatedPtrField<v1::RankRef>& ranks) {
+  FD_CHECK(NonEmpty(Join(p, "cause"), cause));
+  if (!faults::IsKnownCause(cause)) {
+    return Fail(Join(p, "cause"), "unknown cause '" + cause + "'" + DidYouMean(cause, faults::KnownCauses()) +
+                                      "; known causes: " + JoinList(faults::KnownCauses()));
+  }
+  if (cause == "no-fault" && (!ranks.empty() || !s.faults().empty()))
+    return Fail(Join(p, "cause"), "'no-fault' means the scenario has no faults and names no culprit ranks");
+  for (int i = 0; i < ranks.size(); ++i) FD_CHECK(CheckRankRef(Indexed(Join(p, "culprit_ranks"), i), ranks[i], s));
+  return std::nullopt;
+}
+
+Check CheckAnswer(const v1::Scenario& s) {
+  const v1::Answer& a = s.answer();
+  if (a.findings_size() == 0) return CheckFindingSpec(s, "answer", a.cause(), a.culprit_ranks());
+  if (!a.cause().empty() || a.culprit_ranks_size() > 0)
+    return Fail("answer", "give either cause (with culprit_ranks) or findings, not both");
+  std::set<std::string> seen;
+  for (int i = 0; i < a.findings_size(); ++i) {
+    const std::string p = Indexed("answer.findings", i);
+    FD_CHECK(CheckFindingSpec(s, p, a.findings(i).cause(), a.findings(i).culprit_ranks()));
+    if (!seen.insert(a.findings(i).cause()).second)
+      return Fail(Join(p, "cause"), "'" + a.findings(i).cause() + "' is named twice");
+    if (a.findings(i).cause() == "no-fault")
+      return Fail(Join(p, "cause"), "'no-fault' cannot be one finding among several");
+  }
+  return std::nullopt;
+}
+
+Check CheckRemediations(const v1::Scenario& s) {
+  if (s.remediations_size() == 0)
+    return Fail("remediations", "at least one accepted remediation is required");
+  const std::vector<std::string> may(s.may_change().begin(), s.may_change().end());
+  // A key a remediation sets must be one a fix may set: operational, or a
+  // workload key the drill opens in may_change.
+  auto settable = [&](const std::string& path, const std::string& key) -> Check {
+    const JobKeyClass c = ClassOfJobKey(key);
+    if (c == JobKeyClass::kEnvironment)
+      return Fail(path, "'" + key + "' describes the machine, not the job: no fix may change it");
+    if (c == JobKeyClass::kWorkload && !KeyAllowed(key, may))
+      return Fail(path, "'" + key + "' is a workload setting: list it (or a prefix) in may_change so a fix may change it");
+    return std::nullopt;
+  };
+  for (int i = 0; i < s.remediations_size(); ++i) {
+    const v1::Remediation& rem = s.remediations(i);
+    const std::string rp = Indexed("remediations", i) + ".actions";
+    if (rem.actions_size() == 0) return Fail(rp, "at least one action is required");
+    for (int k = 0; k < rem.actions_size(); ++k) {
+      const v1::RemediationAction& a = rem.actions(k);
+      const std::string ap = Indexed(rp, k);
+      if (a.has_replace_host()) {
+        FD_CHECK(CheckRankRef(ap + ".replace_host", a.replace_host(), s));
+      } else if (a.has_set()) {
+        v1::JobSpec probe = s.job();  // the same check `firedrill fix --set` gets
+        char at_least[32];
+        std::snprintf(at_least, sizeof(at_least), "%.17g", a.set().at_least());
+        const std::string value = a.set().value().empty() ? at_least : a.set().value();
+        Status st = ApplyJobSetting(&probe, a.set().key(), value);
+        if (!st.ok()) return Fail(ap + ".set", st.message());
+        FD_CHECK(settable(ap + ".set.key", a.set().key()));
+      } else if (a.no_change()) {
+        if (rem.actions_size() > 1) return Fail(ap, "no_change is a remediation on its own");
+      } else {
+        return Fail(ap, "must be {replace_host: RANK}, {set: {key: K, value: V}} or {no_change: true}");
+      }
+    }
+    const std::vector<std::string> keys = JobSettingKeys();
+    for (int k = 0; k < rem.may_also_set_size(); ++k) {
+      const std::string& key = rem.may_also_set(k);
+      const std::string kp = Indexed(Indexed("remediations", i) + ".may_also_set", k);
+      if (!std::binary_search(keys.begin(), keys.end(), key))
+        return Fail(kp, "'" + key + "' is not a job setting" + DidYouMean(key, keys));
+      FD_CHECK(settable(kp, key));
     }
   }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -213,35 +283,20 @@ Check CheckScenario(const v1::Scenario& s) {
   FD_CHECK(NonEmpty("briefing", s.briefing()));
   FD_CHECK(CheckJob(s.job(), "job"));
   for (int i = 0; i < s.faults_size(); ++i) FD_CHECK(CheckFault(s, i));
-  FD_CHECK(NonEmpty("answer.cause", s.answer().cause()));
-  if (!faults::IsKnownCause(s.answer().cause())) {
-    return Fail("answer.cause", "unknown cause '" + s.answer().cause() +
-                                    "'; known causes: " + JoinList(faults::KnownCauses()));
-  }
-  for (int i = 0; i < s.answer().culprit_ranks_size(); ++i) {
-    FD_CHECK(CheckRankRef(Indexed("answer.culprit_ranks", i), s.answer().culprit_ranks(i), s));
-  }
-  if (s.remediations_size() == 0)
-    return Fail("remediations", "at least one accepted remediation is required");
-  for (int i = 0; i < s.remediations_size(); ++i) {
-    const std::string rp = Indexed("remediations", i) + ".actions";
-    if (s.remediations(i).actions_size() == 0) return Fail(rp, "at least one action is required");
-    for (int k = 0; k < s.remediations(i).actions_size(); ++k) {
-      const v1::RemediationAction& a = s.remediations(i).actions(k);
-      const std::string ap = Indexed(rp, k);
-      if (a.has_replace_host()) {
-        FD_CHECK(CheckRankRef(ap + ".replace_host", a.replace_host(), s));
-      } else if (a.has_set()) {
-        v1::JobSpec probe = s.job();  // the same check `firedrill fix --set` gets
-        char at_least[32];
-        std::snprintf(at_least, sizeof(at_least), "%.17g", a.set().at_least());
-        const std::string value = a.set().value().empty() ? at_least : a.set().value();
-        Status st = ApplyJobSetting(&probe, a.set().key(), value);
-        if (!st.ok()) return Fail(ap + ".set", st.message());
-      } else {
-        return Fail(ap, "must be {replace_host: RANK} or {set: {key: K, value: V}}");
-      }
+  FD_CHECK(CheckAnswer(s));
+  FD_CHECK(CheckRemediations(s));
+  for (int i = 0; i < s.may_change_size(); ++i) {
+    const std::string& k = s.may_change(i);
+    const std::vector<std::string> keys = JobSettingKeys();
+    bool known = false, workload = false;
+    for (const auto& key : keys) {
+      if (!KeyAllowed(key, {k})) continue;
+      known = true;
+      workload = workload || ClassOfJobKey(key) == JobKeyClass::kWorkload;
     }
+    if (!known) return Fail(Indexed("may_change", i), "'" + k + "' is not a job setting or a prefix of one" + DidYouMean(k, keys));
+    if (!workload)
+      return Fail(Indexed("may_change", i), "'" + k + "' names no workload setting (operational ones may always change)");
   }
   const v1::VerifySpec& v = s.verify();
   FD_CHECK(AtLeast("verify.warmup_steps", v.warmup_steps(), 0));
@@ -251,6 +306,10 @@ Check CheckScenario(const v1::Scenario& s) {
                 Str("must be in (0, 2], got ", v.throughput_vs_baseline_min()));
   }
   FD_CHECK(AtLeast("verify.rank_step_skew_max", v.rank_step_skew_max(), 1.0));
+  FD_CHECK(OneOf("verify.throughput_unit", v.throughput_unit(), {"", "samples", "tokens"}));
+  if (v.throughput_unit() == "tokens" && s.job().model().kind() != "gpt-tiny")
+    return Fail("verify.throughput_unit", "'tokens' needs a token model (gpt-tiny); this job's model is " + s.job().model().kind());
+  FD_CHECK(InRange("verify.pairs", v.pairs(), 0, 10));
   const v1::Rubric& b = s.rubric();
   FD_CHECK(AtLeast("rubric.cause", b.cause(), 0));
   FD_CHECK(AtLeast("rubric.culprit", b.culprit(), 0));
@@ -258,6 +317,11 @@ Check CheckScenario(const v1::Scenario& s) {
   FD_CHECK(AtLeast("rubric.time", b.time(), 0));
   FD_CHECK(AtLeast("rubric.hint_cost", b.hint_cost(), 0));
   FD_CHECK(AtLeast("rubric.time_budget_s", b.time_budget_s(), 1));
+  FD_CHECK(AtLeast("rubric.revision_cost", b.revision_cost(), 0));
+  FD_CHECK(AtLeast("rubric.collateral_cost", b.collateral_cost(), 0));
+  if (b.time_limit_s() != 0 && b.time_limit_s() < b.time_budget_s())
+    return Fail("rubric.time_limit_s", Str("must be 0 (3 x time_budget_s) or >= time_budget_s (", b.time_budget_s(),
+                                           "), got ", b.time_limit_s()));
   for (int i = 0; i < s.hints_size(); ++i) FD_CHECK(NonEmpty(Indexed("hints", i), s.hints(i)));
   return std::nullopt;
 }
@@ -267,6 +331,29 @@ Check CheckScenario(const v1::Scenario& s) {
 Status ValidateScenario(const v1::Scenario& s, const std::string& where) {
   if (Check p = CheckScenario(s)) return InvalidArgument(FormatProblem(where, *p));
   return Status::Ok();
+}
+
+std::vector<std::string> ScenarioWarnings(const v1::Scenario& s) {
+  auto lower = [](std::string t) {
+    for (char& c : t) c = std::isalnum(static_cast<unsigned char>(c)) ? static_cast<char>(std::tolower(static_cast<unsigned char>(c))) : ' ';
+    return t;
+  };
+  std::vector<std::pair<std::string, std::string>> names;  // phrase, what it is
+  for (const auto& k : faults::FaultKindNames()) names.emplace_back(lower(k), "the fault kind '" + k + "'");
+  for (const auto& c : faults::KnownCauses())
+    if (c != "no-fault") names.emplace_back(lower(c), "the cause '" + c + "'");
+  std::vector<std::string> out;
+  for (const auto& [field, text] : std::vector<std::pair<std::string, std::string>>{
+           {"id", s.id()}, {"title", s.title()}, {"briefing", s.briefing()}}) {
+    const std::string t = " " + lower(text) + " ";
+    for (const auto& [phrase, what] : names) {
+      if (t.find(" " + phrase + " ") == std::string::npos) continue;  // whole words
+      out.push_back(field + " names " + what + ": learners read the " + field +
+                    " before they diagnose, so it gives the answer away");
+      break;
+    }
+  }
+  return out;
 }
 
 Status ValidateJob(const v1::JobSpec& job, const std::string& where) {
@@ -296,13 +383,6 @@ Status ApplyJobSetting(v1::JobSpec* job, const std::string& key, const std::stri
     return InvalidArgument("setting " + key + "=" + value + " rejected: " + FormatProblem("", *p));
   }
   return Status::Ok();
-}
-
-std::vector<std::string> JobSettingKeys() {
-  std::vector<std::string> keys;
-  CollectLeaves(v1::JobSpec::descriptor(), "", &keys);
-  std::sort(keys.begin(), keys.end());
-  return keys;
 }
 
 #undef FD_CHECK

@@ -11,11 +11,15 @@
 namespace firedrill::controller {
 
 namespace {
+
 std::string Ranks(const std::set<int>& s) {
   std::string out;
   for (int r : s) out += (out.empty() ? "" : ",") + std::to_string(r);
   return out.empty() ? "none" : out;
 }
+
+std::set<int> RankSet(const google::protobuf::RepeatedField<int32_t>& r) { return {r.begin(), r.end()}; }
+
 v1::ScoreItem Item(const std::string& name, int points, int max, const std::string& reason) {
   v1::ScoreItem it;
   it.set_name(name);
@@ -24,82 +28,221 @@ v1::ScoreItem Item(const std::string& name, int points, int max, const std::stri
   it.set_reason(reason);
   return it;
 }
+
+// Which submitted finding answers which key finding: the same cause first,
+// then (for partial credit) one of the same cause class.
+struct Pairing {
+  std::vector<int> exact;  // per key finding: index into submitted, or -1
+  std::vector<int> by_class;
+  std::vector<bool> used;  // per submitted finding
+};
+
+Pairing Pair(const std::vector<v1::Finding>& key, const std::vector<v1::Finding>& got) {
+  Pairing p;
+  p.exact.assign(key.size(), -1);
+  p.by_class.assign(key.size(), -1);
+  p.used.assign(got.size(), false);
+  for (size_t k = 0; k < key.size(); ++k) {
+    for (size_t g = 0; g < got.size(); ++g) {
+      if (!p.used[g] && got[g].cause() == key[k].cause()) {
+        p.exact[k] = static_cast<int>(g);
+        p.used[g] = true;
+        break;
+      }
+    }
+  }
+  for (size_t k = 0; k < key.size(); ++k) {
+    if (p.exact[k] >= 0) continue;
+    const std::string cls = faults::CauseClass(key[k].cause());
+    for (size_t g = 0; g < got.size(); ++g) {
+      if (!p.used[g] && !cls.empty() && faults::CauseClass(got[g].cause()) == cls) {
+        p.by_class[k] = static_cast<int>(g);
+        p.used[g] = true;
+        break;
+      }
+    }
+  }
+  return p;
+}
+
+std::string CauseList(const std::vector<v1::Finding>& f) {
+  std::string out;
+  for (const auto& x : f) out += (out.empty() ? "'" : ", '") + x.cause() + "'";
+  return out;
+}
+
+// The diagnosis that counts: the one in force when the fix was applied, or
+// the latest when the session ended without a fix.
+const v1::DiagnosisRecord* InForce(const v1::SessionRecord& rec, const std::vector<v1::DiagnosisRecord>& all) {
+  if (rec.fix_applied()) {
+    for (const auto& d : all)
+      if (d.number() == rec.diagnosis_at_fix()) return &d;
+    return nullptr;
+  }
+  return all.empty() ? nullptr : &all.back();
+}
+
+void ScoreDiagnosis(const ScoreInputs& in, const std::vector<v1::Finding>& key, v1::ScoreReport* r) {
+  const v1::Rubric& rub = in.scenario->rubric();
+  const v1::DiagnosisRecord* d = InForce(*in.record, in.diagnoses);
+  if (d == nullptr) {
+    const std::string why = in.record->fix_applied() && !in.diagnoses.empty()
+                                ? "no diagnosis was in force when the fix was applied"
+                                : "no diagnosis was submitted";
+    *r->add_items() = Item("cause", 0, rub.cause(), why);
+    *r->add_items() = Item("culprit", 0, rub.culprit(), why);
+    return;
+  }
+  const std::vector<v1::Finding> got(d->findings().begin(), d->findings().end());
+  const Pairing p = Pair(key, got);
+  const double n = static_cast<double>(key.size());
+  const double class_credit = rub.cause() > 0 ? std::min(1.0, rub.cause_class() / static_cast<double>(rub.cause())) : 0;
+
+  double cause_credit = 0, culprit_credit = 0;
+  std::string cause_why, culprit_why;
+  auto add = [](std::string* s, const std::string& part) { *s += (s->empty() ? "" : "; ") + part; };
+  for (size_t k = 0; k < key.size(); ++k) {
+    int g = p.exact[k] >= 0 ? p.exact[k] : p.by_class[k];
+    if (p.exact[k] >= 0) {
+      cause_credit += 1;
+      add(&cause_why, "cause '" + key[k].cause() + "' is right");
+    } else if (p.by_class[k] >= 0 && class_credit > 0) {
+      cause_credit += class_credit;
+      add(&cause_why, "cause '" + got[g].cause() + "' is not the cause, but the right kind of problem (" +
+                          faults::CauseClass(got[g].cause()) + ")");
+    } else {
+      add(&cause_why, "'" + key[k].cause() + "' was not named");
+    }
+    // One finding each side: its ranks count whatever cause it names (the
+    // culprit is a separate skill from the cause).
+    if (g < 0 && key.size() == 1 && got.size() == 1) g = 0;
+    const std::set<int> want = RankSet(key[k].culprit_ranks());
+    if (g < 0) {
+      add(&culprit_why, "no finding for '" + key[k].cause() + "' named its ranks");
+      continue;
+    }
+    const std::set<int> named = RankSet(got[g].culprit_ranks());
+    // A job-wide answer (no culprit) is only "named right" by a finding of
+    // that cause or its class, not by any finding that happens to name none.
+    const bool paired = p.exact[k] == g || p.by_class[k] == g;
+    if (named == want && (!want.empty() || paired)) {
+      culprit_credit += 1;
+      add(&culprit_why, "named rank(s) " + Ranks(named));
+    } else {
+      add(&culprit_why, "named rank(s) " + Ranks(named) + ", which is wrong");
+    }
+  }
+  std::vector<v1::Finding> extra;
+  for (size_t g = 0; g < got.size(); ++g)
+    if (!p.used[g]) extra.push_back(got[g]);
+  if (!extra.empty()) {
+    cause_credit -= static_cast<double>(extra.size());
+    add(&cause_why, CauseList(extra) + (extra.size() == 1 ? " is" : " are") + " not a cause here (each costs " +
+                        std::to_string(static_cast<int>(std::lround(rub.cause() / n))) + ")");
+  }
+  const int cause_pts = static_cast<int>(std::lround(std::clamp(cause_credit / n, 0.0, 1.0) * rub.cause()));
+  const int culprit_pts = static_cast<int>(std::lround(std::clamp(culprit_credit / n, 0.0, 1.0) * rub.culprit()));
+  *r->add_items() = Item("cause", cause_pts, rub.cause(), cause_why);
+  *r->add_items() = Item("culprit", culprit_pts, rub.culprit(), culprit_why);
+}
+
 }  // namespace
+
+int RevisionCost(const v1::Rubric& r) { return r.has_revision_cost() ? r.revision_cost() : 5; }
+int CollateralCost(const v1::Rubric& r) { return r.has_collateral_cost() ? r.collateral_cost() : 10; }
+int TimeLimitS(const v1::Rubric& r) { return r.time_limit_s() > 0 ? r.time_limit_s() : 3 * std::max(1, r.time_budget_s()); }
+
+std::vector<v1::Finding> FindingsOf(const v1::SubmitDiagnosisRequest& req) {
+  std::vector<v1::Finding> out(req.findings().begin(), req.findings().end());
+  if (!req.cause().empty()) {
+    v1::Finding f;
+    f.set_cause(req.cause());
+    *f.mutable_culprit_ranks() = req.culprit_ranks();
+    out.insert(out.begin(), f);
+  }
+  return out;
+}
+
+v1::ScoreReport Unscored(const v1::SessionRecord& rec, const std::vector<v1::DiagnosisRecord>& diagnoses) {
+  v1::ScoreReport r;
+  r.set_session_id(rec.info().session_id());
+  r.set_scenario_id(rec.info().scenario_id());
+  r.set_state(rec.info().state());
+  r.set_max_total(rec.info().max_score());
+  r.set_final(false);
+  r.set_note("not scored yet");
+  for (const auto& d : diagnoses) *r.add_diagnoses() = d;
+  r.set_fix_applied(rec.fix_applied());
+  if (rec.fix_applied()) *r.mutable_fix() = rec.fix();
+  return r;
+}
 
 v1::ScoreReport Score(const ScoreInputs& in) {
   const v1::Scenario& sc = *in.scenario;
   const v1::SessionRecord& rec = *in.record;
   const v1::Rubric& rub = sc.rubric();
-  v1::ScoreReport r;
-  r.set_session_id(rec.info().session_id());
-  r.set_scenario_id(sc.id());
-  r.set_final(rec.verification().done());
+  v1::ScoreReport r = Unscored(rec, in.diagnoses);
+  r.set_final(true);
+  r.set_note("");
   *r.mutable_verification() = rec.verification();
 
-  const auto& d = in.diagnosis;
-  if (!d) {
-    r.add_items()->CopyFrom(Item("cause", 0, rub.cause(), "no diagnosis was submitted"));
-  } else if (d->cause() == rec.answer_cause()) {
-    r.add_items()->CopyFrom(Item("cause", rub.cause(), rub.cause(), "cause '" + d->cause() + "' is right"));
-  } else if (rub.cause_class() > 0 && faults::CauseClass(d->cause()) == faults::CauseClass(rec.answer_cause())) {
-    const int pts = std::min(rub.cause_class(), rub.cause());
-    r.add_items()->CopyFrom(Item("cause", pts, rub.cause(),
-                                 "cause '" + d->cause() + "' is not the cause, but the right kind of problem (" +
-                                     faults::CauseClass(d->cause()) + ")"));
-  } else {
-    r.add_items()->CopyFrom(Item("cause", 0, rub.cause(), "cause '" + d->cause() + "' is not the cause"));
-  }
-
-  const std::set<int> want(rec.answer_culprit_ranks().begin(), rec.answer_culprit_ranks().end());
-  std::set<int> got;
-  if (d) got.insert(d->culprit_ranks().begin(), d->culprit_ranks().end());
-  if (!d) {
-    r.add_items()->CopyFrom(Item("culprit", 0, rub.culprit(), "no diagnosis was submitted"));
-  } else if (got == want) {
-    r.add_items()->CopyFrom(Item("culprit", rub.culprit(), rub.culprit(), "named rank(s) " + Ranks(got)));
-  } else {
-    r.add_items()->CopyFrom(Item("culprit", 0, rub.culprit(), "named rank(s) " + Ranks(got) + ", which is wrong"));
-  }
+  const std::vector<v1::Finding> key(rec.answer_findings().begin(), rec.answer_findings().end());
+  ScoreDiagnosis(in, key, &r);
 
   const v1::Verification& v = rec.verification();
-  const bool fixed = in.fix_applied && v.done() && v.passed();
-  if (!in.fix_applied) {
-    r.add_items()->CopyFrom(Item("fix", 0, rub.fix(), "no fix was applied"));
+  const bool verified = rec.fix_applied() && v.done() && v.passed();
+  if (!rec.fix_applied()) {
+    *r.add_items() = Item("fix", 0, rub.fix(), "no fix was applied");
   } else if (!v.done()) {
-    r.add_items()->CopyFrom(Item("fix", 0, rub.fix(), "verification has not finished"));
+    *r.add_items() = Item("fix", 0, rub.fix(), "verification did not finish");
   } else if (!v.passed()) {
-    r.add_items()->CopyFrom(Item("fix", 0, rub.fix(), "verification failed: " + v.detail()));
+    *r.add_items() = Item("fix", 0, rub.fix(), "verification failed: " + v.detail());
+  } else if (rec.fix_matches()) {
+    *r.add_items() = Item("fix", rub.fix(), rub.fix(), "verified by measurement: " + v.detail());
   } else {
-    r.add_items()->CopyFrom(Item("fix", rub.fix(), rub.fix(),
-                                 std::string("verified by measurement: ") + v.detail() +
-                                     (in.fix_matches_remediation ? "" : " (not one of the expected remediations)")));
+    *r.add_items() = Item("fix", rub.fix() / 2, rub.fix(),
+                          "verified by measurement (" + v.detail() +
+                              "), but not an accepted remediation: at most half the points until an instructor "
+                              "looks at it");
+    r.set_needs_review(true);
+    r.set_note("verified, but not an accepted remediation: an instructor should look");
   }
 
-  if (!fixed) {
-    r.add_items()->CopyFrom(Item("time", 0, rub.time(), "time points need a verified fix"));
+  if (!verified || !rec.fix_matches()) {
+    *r.add_items() = Item("time", 0, rub.time(), "time points need a verified, accepted fix");
   } else {
     const double budget = std::max(1, rub.time_budget_s());
     const double frac = std::clamp(1.0 - in.elapsed_s / budget, 0.0, 1.0);
-    const int pts = static_cast<int>(std::lround(rub.time() * frac));
-    r.add_items()->CopyFrom(Item("time", pts, rub.time(),
-                                 "fixed " + std::to_string(static_cast<int>(in.elapsed_s)) +
-                                     " s after the fault's onset, of a " +
-                                     std::to_string(rub.time_budget_s()) + " s budget"));
+    *r.add_items() = Item("time", static_cast<int>(std::lround(rub.time() * frac)), rub.time(),
+                          "fixed " + std::to_string(static_cast<int>(in.elapsed_s)) +
+                              " s after the fault's onset, of a " + std::to_string(rub.time_budget_s()) +
+                              " s budget");
   }
 
-  const int hint_pts = -rec.hints_used() * rub.hint_cost();
-  r.add_items()->CopyFrom(Item("hints", hint_pts, 0,
-                               std::to_string(rec.hints_used()) + " hint(s) x " + std::to_string(rub.hint_cost())));
+  *r.add_items() = Item("hints", -rec.hints_used() * rub.hint_cost(), 0,
+                        std::to_string(rec.hints_used()) + " hint(s) x " + std::to_string(rub.hint_cost()));
+  const int submitted = rec.fix_applied() ? rec.diagnoses_at_fix() : static_cast<int>(in.diagnoses.size());
+  const int revisions = std::max(0, submitted - 1);
+  *r.add_items() = Item("revisions", -revisions * RevisionCost(rub), 0,
+                        std::to_string(revisions) + " revision(s) of the diagnosis x " +
+                            std::to_string(RevisionCost(rub)));
+  const std::vector<std::string> collateral =
+      rec.fix_applied() ? CollateralActions(rec, rec.fix()) : std::vector<std::string>{};
+  for (const auto& c : collateral) r.add_collateral(c);
+  *r.add_items() = Item("collateral", -static_cast<int>(collateral.size()) * CollateralCost(rub), 0,
+                        std::to_string(collateral.size()) + " collateral action(s) x " +
+                            std::to_string(CollateralCost(rub)));
 
   int total = 0;
   for (const auto& it : r.items()) total += it.points();
   r.set_total(std::max(0, total));
   r.set_max_total(rub.cause() + rub.culprit() + rub.fix() + rub.time());
-  if (r.final()) {
-    r.set_answer_cause(rec.answer_cause());
-    for (int c : rec.answer_culprit_ranks()) r.add_answer_culprit_ranks(c);
-    r.set_runbook(sc.runbook());
+  if (!key.empty()) {
+    r.set_answer_cause(key[0].cause());
+    *r.mutable_answer_culprit_ranks() = key[0].culprit_ranks();
   }
+  for (const auto& f : key) *r.add_answer_findings() = f;
+  r.set_runbook(sc.runbook());
   return r;
 }
 
@@ -112,27 +255,71 @@ bool SettingMatches(const v1::SetKey& want, const v1::FixSetting& got) {
   const double v = std::strtod(got.value().c_str(), &end);
   return end != got.value().c_str() && *end == '\0' && v >= want.at_least();
 }
+
+std::set<int> CulpritRanks(const v1::SessionRecord& record) {
+  std::set<int> out;
+  for (const auto& f : record.answer_findings()) out.insert(f.culprit_ranks().begin(), f.culprit_ranks().end());
+  return out;
+}
 }  // namespace
 
 bool MatchesRemediation(const v1::Scenario& scenario, const v1::SessionRecord& record,
                         const v1::ApplyFixRequest& fix) {
   const std::vector<v1::ResolvedFault> faults(record.faults().begin(), record.faults().end());
   const std::set<int> replaced(fix.replace_host_ranks().begin(), fix.replace_host_ranks().end());
+  const bool empty = replaced.empty() && fix.settings().empty();
   for (const auto& rem : scenario.remediations()) {
+    if (rem.actions_size() == 0) continue;
     bool all = true;
+    std::set<int> hosts;           // the remediation's replacements
+    std::vector<bool> covered(fix.settings_size(), false);
+    bool no_change = false;
     for (const auto& a : rem.actions()) {
       if (a.has_replace_host()) {
         auto rank = faults::ResolveRankRef(a.replace_host(), faults);
         all = all && rank.ok() && replaced.count(*rank);
+        if (rank.ok()) hosts.insert(*rank);
       } else if (a.has_set()) {
         bool found = false;
-        for (const auto& s : fix.settings()) found = found || SettingMatches(a.set(), s);
+        for (int i = 0; i < fix.settings_size(); ++i) {
+          if (SettingMatches(a.set(), fix.settings(i))) {
+            found = true;
+            covered[i] = true;
+          }
+        }
         all = all && found;
+      } else if (a.no_change()) {
+        no_change = true;
       }
     }
-    if (all && rem.actions_size() > 0) return true;
+    if (no_change) {
+      if (fix.no_change() && empty) return true;
+      continue;
+    }
+    if (!all || fix.no_change()) continue;
+    // Nothing beyond the remediation: no other host, no other setting
+    // (but those it allows besides).
+    bool beyond = false;
+    for (int r : replaced) beyond = beyond || !hosts.count(r);
+    for (int i = 0; i < fix.settings_size(); ++i) {
+      if (covered[i]) continue;
+      const auto& allowed = rem.may_also_set();
+      beyond = beyond || std::find(allowed.begin(), allowed.end(), fix.settings(i).key()) == allowed.end();
+    }
+    if (!beyond) return true;
   }
   return false;
+}
+
+std::vector<std::string> CollateralActions(const v1::SessionRecord& record, const v1::ApplyFixRequest& fix) {
+  const std::set<int> culprits = CulpritRanks(record);
+  std::vector<std::string> out;
+  std::set<int> seen;
+  for (int r : fix.replace_host_ranks()) {
+    if (culprits.count(r) || !seen.insert(r).second) continue;
+    out.push_back("replaced the host of rank " + std::to_string(r) + ", which is not a culprit");
+  }
+  return out;
 }
 
 }  // namespace firedrill::controller

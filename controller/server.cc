@@ -1,8 +1,15 @@
 #include "controller/server.h"
 
+#include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "common/log.h"
@@ -11,31 +18,103 @@
 
 namespace firedrill::controller {
 
+namespace {
+
+// Unix socket paths are limited to sizeof(sun_path) - 1 bytes.
+constexpr size_t kMaxSocketPath = 107;
+
+void KeepAlive(grpc::ServerBuilder& b) {
+  // Agents stream telemetry batches; keep connections alive through idle drills.
+  b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+}
+
+}  // namespace
+
 Server::~Server() { Shutdown(); }
+
+Status Server::LockStateDir() {
+  const std::string path = opts_.state_dir + "/controller.lock";
+  lock_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd_ < 0) return FailedPrecondition("cannot open " + path + ": " + std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    std::ifstream in(path);
+    std::string holder;
+    std::getline(in, holder);
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    return FailedPrecondition("another controller holds state dir " + opts_.state_dir + " (" +
+                              (holder.empty() ? std::string("see ") + path : holder) +
+                              "); stop it with `firedrill down`, or give this one its own --state-dir");
+  }
+  const std::string me = "pid " + std::to_string(::getpid()) + ", listening on " + opts_.listen;
+  if (::ftruncate(lock_fd_, 0) == 0) (void)!::write(lock_fd_, (me + "\n").data(), me.size() + 1);
+  return Status::Ok();
+}
 
 Status Server::Start() {
   std::string err;
-  if (!MakeDirs(opts_.state_dir, &err)) return Internal(err);
+  if (!MakePrivateDir(opts_.state_dir, &err)) return Internal(err);
+  FD_RETURN_IF_ERROR(LockStateDir());
   auto store = Store::Open(opts_.state_dir + "/firedrill.db");
   if (!store.ok()) return store.status();
   store_ = std::move(store).value();
 
-  auto scenarios = LoadScenarioDir(opts_.scenario_dir);
+  auto scenarios = LoadScenarioDirs(opts_.scenario_dirs);
   if (!scenarios.ok()) return scenarios.status();
-  if (scenarios->empty()) return NotFound("no scenario files (*.yaml) in " + opts_.scenario_dir);
 
   pool_ = std::make_unique<AgentPool>();
+  if (!opts_.pool_token_file.empty()) {
+    std::ifstream in(opts_.pool_token_file);
+    std::string token;
+    std::getline(in, token);
+    if (token.size() < 16) {
+      return InvalidArgument("--pool-token-file " + opts_.pool_token_file +
+                             ": needs a token of at least 16 characters on its first line");
+    }
+    pool_->SetPoolToken(token);
+  } else if (!opts_.agent_listen.empty()) {
+    return InvalidArgument("--agent-listen needs --pool-token-file: remote agents must present a token");
+  }
+
+  // The agents' listener first: the reflection plugin, once initialised,
+  // joins every server built after it, and this one serves no learner.
+  {
+    grpc::ServerBuilder builder;
+    KeepAlive(builder);
+    const std::string sock = std::filesystem::absolute(opts_.state_dir + "/agent.sock").lexically_normal().string();
+    std::remove(sock.c_str());
+    int local_port = 0;
+    const bool unix_ok = sock.size() <= kMaxSocketPath;
+    if (unix_ok) {
+      builder.AddListeningPort("unix:" + sock, grpc::InsecureServerCredentials());
+    } else {
+      // A state dir too deep for a socket path: loopback, still token-checked.
+      builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &local_port);
+    }
+    int remote_port = 0;
+    if (!opts_.agent_listen.empty())
+      builder.AddListeningPort(opts_.agent_listen, grpc::InsecureServerCredentials(), &remote_port);
+    builder.RegisterService(pool_.get());
+    agent_server_ = builder.BuildAndStart();
+    if (!agent_server_ || (!unix_ok && local_port == 0) || (!opts_.agent_listen.empty() && remote_port == 0)) {
+      return Unavailable("cannot listen for agents on " + (unix_ok ? sock : std::string("127.0.0.1")) +
+                         (opts_.agent_listen.empty() ? "" : " and " + opts_.agent_listen) +
+                         " (in use? try another --agent-listen)");
+    }
+    agent_bound_ = unix_ok ? "unix:" + sock : "127.0.0.1:" + std::to_string(local_port);
+    if (unix_ok) (void)::chmod(sock.c_str(), 0600);
+    if (!opts_.agent_listen.empty()) spdlog::info("remote agents may register on {}", opts_.agent_listen);
+  }
+
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(opts_.listen, grpc::InsecureServerCredentials(), &port);
-  // Agents stream telemetry batches; keep connections alive through idle drills.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-  builder.RegisterService(pool_.get());
+  KeepAlive(builder);
 
-  // Agents dial the bound port, known only after BuildAndStart; the manager
-  // starts its launcher once told (SetAgentDialAddress).
+  // Agents dial the bound address, known only after BuildAndStart; the
+  // manager starts its launcher once told (SetAgentDialAddress).
   SessionManagerOptions sm;
   sm.state_dir = opts_.state_dir;
   sm.agent_bin = opts_.agent_bin;
@@ -50,11 +129,12 @@ Status Server::Start() {
   const std::string host = opts_.listen.substr(0, opts_.listen.rfind(':'));
   const std::string dial_host = (host == "0.0.0.0" || host == "[::]" || host.empty()) ? "127.0.0.1" : host;
   bound_ = dial_host + ":" + std::to_string(port);
-  sessions_->SetAgentDialAddress(bound_);
+  sessions_->SetAgentDialAddress(agent_bound_);
   FD_RETURN_IF_ERROR(sessions_->Init());
 
   std::ofstream(opts_.state_dir + "/controller.addr") << bound_ << "\n";
-  spdlog::info("firedrill-controller listening on {} (state {})", bound_, opts_.state_dir);
+  spdlog::info("firedrill-controller listening on {} (agents on {}, state {})", bound_, agent_bound_,
+               opts_.state_dir);
   return Status::Ok();
 }
 
@@ -63,8 +143,13 @@ void Server::Shutdown() {
   stopped_ = true;
   if (sessions_) sessions_->Shutdown();
   if (pool_) pool_->CloseAll();
-  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  std::remove((opts_.state_dir + "/controller.addr").c_str());
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
+  if (server_) server_->Shutdown(deadline);
+  if (agent_server_) agent_server_->Shutdown(deadline);
+  if (!bound_.empty()) std::remove((opts_.state_dir + "/controller.addr").c_str());
+  if (agent_bound_.rfind("unix:", 0) == 0) std::remove(agent_bound_.substr(5).c_str());
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+  lock_fd_ = -1;
 }
 
 }  // namespace firedrill::controller

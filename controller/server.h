@@ -1,11 +1,20 @@
 // Wires the controller together: store, scenario catalogue, agent pool,
-// session manager and the gRPC server (Drill + AgentLink + reflection).
+// session manager, and two gRPC servers:
+//   - the learner's listener (--listen): the public Drill service only, with
+//     server reflection for it;
+//   - the agents' listener: a Unix socket in the private state directory
+//     for agents this controller launches, plus a TCP port (--agent-listen)
+//     for remote agents when the operator gives a pool token. Every agent
+//     presents a join token (controller/agent_pool.h).
+// One controller per state directory: it holds a lock on
+// <state>/controller.lock and says who holds it when a second one starts.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "controller/agent_pool.h"
@@ -18,29 +27,37 @@ namespace firedrill::controller {
 struct ServerOptions {
   std::string listen = "127.0.0.1:50071";  // port 0 picks a free port
   std::string state_dir;
-  std::string scenario_dir;
+  // Scenario folders, the first one the shipped catalogue; ids must be
+  // unique across all of them.
+  std::vector<std::string> scenario_dirs;
   std::string agent_bin;
   bool local_launcher = true;
+  std::string agent_listen;     // host:port for remote agents; empty: none
+  std::string pool_token_file;  // the token remote agents must present
 };
 
 class Server {
  public:
   explicit Server(ServerOptions opts) : opts_(std::move(opts)) {}
   ~Server();
-  // Opens the store, loads scenarios, starts serving. Writes
-  // <state>/controller.addr with the address actually bound.
+  // Locks the state dir, opens the store, loads scenarios, starts serving.
+  // Writes <state>/controller.addr with the learner address actually bound.
   Status Start();
   const std::string& address() const { return bound_; }
+  const std::string& agent_address() const { return agent_bound_; }
   // Aborts live sessions, kills agents, stops serving. Idempotent.
   void Shutdown();
 
  private:
+  Status LockStateDir();
   ServerOptions opts_;
-  std::string bound_;
+  std::string bound_, agent_bound_;
+  int lock_fd_ = -1;
   std::unique_ptr<Store> store_;
   std::unique_ptr<AgentPool> pool_;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<DrillService> drill_;
+  std::unique_ptr<grpc::Server> agent_server_;
   std::unique_ptr<grpc::Server> server_;
   bool stopped_ = false;
 };

@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <random>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/paths.h"
+#include "common/suggest.h"
 #include "controller/run_metrics.h"
 #include "controller/scenario_loader.h"
 #include "controller/scorer.h"
@@ -19,20 +18,26 @@ namespace firedrill::controller {
 
 // Locking: mu_ guards the maps only and is never held while a session's
 // mutex is taken; a session's mutex may be held while mu_ is taken briefly.
+// A session's join_mu guards its driver thread object; it is taken with
+// mu_ held (Start) or alone (End, Shutdown), never the other way round.
+
+bool TerminalState(const std::string& state) { return state == kScored || state == kEnded || state == kAborted; }
 
 namespace {
 
 int64_t NowMs() { return UnixNowMs(); }
 
-bool Terminal(const std::string& state) { return state == "scored" || state == "aborted"; }
-
-std::string NewSessionId() {
-  static std::mt19937_64 rng(std::random_device{}());
+std::string RandomHex(int bytes) {
+  static std::random_device rd;
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "s-%06llx", static_cast<unsigned long long>(rng() & 0xffffff));
-  return buf;
+  std::string out;
+  char buf[3];
+  for (int i = 0; i < bytes; ++i) {
+    std::snprintf(buf, sizeof(buf), "%02x", static_cast<unsigned>(rd() & 0xff));
+    out += buf;
+  }
+  return out;
 }
 
 std::string Fmt(double v, int prec = 0) {
@@ -42,6 +47,10 @@ std::string Fmt(double v, int prec = 0) {
 }
 
 int RunLength(const v1::Scenario& sc) { return sc.verify().warmup_steps() + sc.verify().window_steps(); }
+
+// The main run trains until the learner fixes it, ends the session or the
+// time limit passes; the agent is simply never told to stop on its own.
+constexpr int64_t kUnboundedSteps = int64_t{1} << 40;
 
 // Where a session's job writes checkpoints when its scenario names no
 // directory: beside the controller's other state, one directory per session,
@@ -73,8 +82,10 @@ void SessionManager::SetAgentDialAddress(const std::string& addr) {
 SessionManager::~SessionManager() { Shutdown(); }
 
 Status SessionManager::Init() {
-  auto recs = store_->LoadSessions();
+  std::vector<std::string> problems;
+  auto recs = store_->LoadSessions(&problems);
   if (!recs.ok()) return recs.status();
+  for (const auto& p : problems) spdlog::error("{}", p);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& rec : *recs) {
     auto s = std::make_shared<Session>();
@@ -82,16 +93,23 @@ Status SessionManager::Init() {
     s->scenario = FindScenario(rec.info().scenario_id());
     auto events = store_->LoadEvents(rec.info().session_id(), 50);
     if (events.ok()) s->events.assign(events->begin(), events->end());
-    if (!Terminal(rec.info().state())) {
-      AddEvent(*s, "aborted", -1,
-               "the controller stopped while this session was in state '" + rec.info().state() +
-                   "'; its job and agents were lost. Start a new session.");
-      SetState(*s, "aborted");
+    if (!TerminalState(rec.info().state())) {
+      const std::string why = "the controller stopped while this session was in state '" + rec.info().state() +
+                              "'; its job and agents were lost. Start a new session.";
+      AddEvent(*s, "aborted", -1, why);
+      s->rec.mutable_info()->set_end_reason(why);
+      SetState(*s, kAborted);
     }
     sessions_[rec.info().session_id()] = s;
   }
-  spdlog::info("loaded {} session(s) from {}", sessions_.size(), store_->path());
+  spdlog::info("loaded {} session(s) from {}{}", sessions_.size(), store_->path(),
+               problems.empty() ? "" : fmt::format(" ({} unreadable, skipped)", problems.size()));
   return Status::Ok();
+}
+
+void SessionManager::JoinDriver(Session& s) {
+  std::lock_guard<std::mutex> g(s.join_mu);
+  if (s.driver.joinable() && s.driver.get_id() != std::this_thread::get_id()) s.driver.join();
 }
 
 void SessionManager::Shutdown() {
@@ -106,12 +124,13 @@ void SessionManager::Shutdown() {
     {
       std::lock_guard<std::mutex> lock(s->mu);
       s->end_requested = true;
+      if (s->end_reason.empty()) s->end_reason = "the controller shut down";
     }
     s->cv.notify_all();
   }
-  for (auto& s : all) {
-    if (s->driver.joinable()) s->driver.join();
-  }
+  // Every driver that will ever run was started under mu_ before
+  // shutting_down_ was set, so each is joined here.
+  for (auto& s : all) JoinDriver(*s);
   launcher_.reset();  // kills and reaps anything left
 }
 
@@ -139,6 +158,31 @@ std::vector<v1::ScenarioSummary> SessionManager::ListScenarios() const {
   return out;
 }
 
+StatusOr<v1::ScenarioDetail> SessionManager::GetScenario(const std::string& id) const {
+  const v1::Scenario* sc = FindScenario(id);
+  if (sc == nullptr) {
+    std::vector<std::string> ids;
+    for (const auto& s : scenarios_) ids.push_back(s.id());
+    return NotFound("unknown scenario '" + id + "'" + DidYouMean(id, ids) +
+                    " (`firedrill scenarios list` shows them)");
+  }
+  v1::ScenarioDetail d;
+  d.set_id(sc->id());
+  d.set_title(sc->title());
+  d.set_band(sc->band());
+  d.set_briefing(sc->briefing());
+  d.set_world_size(sc->job().world_size());
+  d.set_time_budget_s(sc->rubric().time_budget_s());
+  d.set_time_limit_s(TimeLimitS(sc->rubric()));
+  for (const auto& k : sc->may_change()) d.add_may_change(k);
+  *d.mutable_tools() = sc->tools();
+  d.set_hints(sc->hints_size());
+  d.set_hint_cost(sc->rubric().hint_cost());
+  d.set_revision_cost(RevisionCost(sc->rubric()));
+  d.set_collateral_cost(CollateralCost(sc->rubric()));
+  return d;
+}
+
 StatusOr<std::shared_ptr<SessionManager::Session>> SessionManager::Find(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
@@ -156,17 +200,34 @@ std::shared_ptr<SessionManager::Session> SessionManager::SessionOfAgent(const st
   return s == sessions_.end() ? nullptr : s->second;
 }
 
+std::string SessionManager::NewSessionIdLocked() {
+  // 64 random bits; an id already in memory or in the store (a session this
+  // controller has not loaded) is never reused.
+  for (;;) {
+    std::string id = "s-" + RandomHex(8);
+    if (sessions_.count(id)) continue;
+    auto stored = store_->HasSession(id);
+    if (stored.ok() && *stored) continue;
+    return id;
+  }
+}
+
 StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& req) {
   const v1::Scenario* sc = FindScenario(req.scenario_id());
   if (sc == nullptr) {
-    std::string ids;
-    for (const auto& s : scenarios_) ids += (ids.empty() ? "" : ", ") + s.id();
-    return NotFound("unknown scenario '" + req.scenario_id() + "'; available: " + ids);
+    std::vector<std::string> ids;
+    for (const auto& s : scenarios_) ids.push_back(s.id());
+    std::string all;
+    for (const auto& i : ids) all += (all.empty() ? "" : ", ") + i;
+    return NotFound("unknown scenario '" + req.scenario_id() + "'" + DidYouMean(req.scenario_id(), ids) +
+                    "; available: " + all);
   }
+  if (req.seed() < 0) return InvalidArgument("--seed must be positive (or 0 for a random one), got " +
+                                             std::to_string(req.seed()));
   auto s = std::make_shared<Session>();
   s->scenario = sc;
+  s->join_token = RandomHex(16);
   auto& info = *s->rec.mutable_info();
-  info.set_session_id(NewSessionId());
   info.set_scenario_id(sc->id());
   info.set_title(sc->title());
   info.set_briefing(sc->briefing());
@@ -174,19 +235,24 @@ StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& r
   info.set_created_unix_ms(NowMs());
   info.set_world_size(sc->job().world_size());
   info.set_max_score(sc->rubric().cause() + sc->rubric().culprit() + sc->rubric().fix() + sc->rubric().time());
-  info.set_state("created");
+  info.set_state(kCreated);
   *s->rec.mutable_job() = sc->job();
-  if (s->rec.job().checkpoint().dir().empty()) {
-    const std::string dir = SessionCheckpointDir(opts_.state_dir, info.session_id());
-    std::string err;
-    if (!MakeDirs(dir, &err)) return Internal("session checkpoint directory: " + err);
-    s->rec.mutable_job()->mutable_checkpoint()->set_dir(dir);
-  }
   s->ranks.resize(sc->job().world_size());
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutting_down_) return Unavailable("the controller is shutting down");
-    sessions_[info.session_id()] = s;
+    info.set_session_id(NewSessionIdLocked());
+    sessions_[info.session_id()] = s;  // reserves the id
+  }
+  if (s->rec.job().checkpoint().dir().empty()) {
+    const std::string dir = SessionCheckpointDir(opts_.state_dir, info.session_id());
+    std::string err;
+    if (!MakeDirs(dir, &err)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      sessions_.erase(info.session_id());
+      return Internal("session checkpoint directory: " + err);
+    }
+    s->rec.mutable_job()->mutable_checkpoint()->set_dir(dir);
   }
   {
     std::lock_guard<std::mutex> lock(s->mu);
@@ -194,6 +260,16 @@ StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& r
     AddEvent(*s, "created", -1, "session created for scenario " + sc->id() + " (seed " + std::to_string(info.seed()) + ")");
   }
   const v1::SessionInfo out = info;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) {
+    std::lock_guard<std::mutex> g(s->mu);
+    s->rec.mutable_info()->set_end_reason("the controller shut down before the session started");
+    SetState(*s, kAborted);
+    return Unavailable("the controller is shutting down");
+  }
+  // Assigned under mu_ (and join_mu): Shutdown lists sessions under mu_,
+  // so it either sees this driver or prevents it.
+  std::lock_guard<std::mutex> g(s->join_mu);
   s->driver = std::thread([this, s] { Drive(s); });
   return out;
 }
@@ -216,6 +292,45 @@ std::vector<v1::SessionInfo> SessionManager::List() {
 
 // ---------------------------------------------------------------- driver
 
+Status SessionManager::SealAnswer(Session& s) {
+  const v1::Scenario& sc = *s.scenario;
+  std::vector<std::string> hosts(s.rec.hosts().begin(), s.rec.hosts().end());
+  auto faults = faults::ResolveFaults(sc, static_cast<uint64_t>(s.rec.info().seed()), hosts);
+  if (!faults.ok()) return faults.status();
+  for (auto& f : *faults) *s.rec.add_faults() = f;
+  std::vector<v1::AnswerFinding> key(sc.answer().findings().begin(), sc.answer().findings().end());
+  if (key.empty()) {
+    v1::AnswerFinding one;
+    one.set_cause(sc.answer().cause());
+    *one.mutable_culprit_ranks() = sc.answer().culprit_ranks();
+    key.push_back(one);
+  }
+  for (const auto& k : key) {
+    v1::Finding* f = s.rec.add_answer_findings();
+    f->set_cause(k.cause());
+    for (const auto& ref : k.culprit_ranks()) {
+      auto r = faults::ResolveRankRef(ref, *faults);
+      if (!r.ok()) return r.status();
+      f->add_culprit_ranks(*r);
+    }
+  }
+  s.rec.set_answer_cause(s.rec.answer_findings(0).cause());
+  *s.rec.mutable_answer_culprit_ranks() = s.rec.answer_findings(0).culprit_ranks();
+  return Status::Ok();
+}
+
+void SessionManager::Finish(Session& s, Lock& lock, const std::string& state) {
+  Teardown(s, lock);  // first, so a finished session has no agents left
+  const v1::ScoreReport score = ComputeScore(s);
+  s.rec.mutable_info()->set_total_score(score.total());
+  if (Status st = store_->SaveScore(score, NowMs()); !st.ok()) spdlog::error("{}", st.message());
+  AddEvent(s, state == kScored ? "scored" : "ended", -1,
+           (state == kScored ? "" : s.end_reason + "; ") + "score " + std::to_string(score.total()) + "/" +
+               std::to_string(score.max_total()));
+  if (state != kScored) s.rec.mutable_info()->set_end_reason(s.end_reason);
+  SetState(s, state);
+}
+
 void SessionManager::Drive(std::shared_ptr<Session> sp) {
   Session& s = *sp;
   Lock lock(s.mu);
@@ -223,63 +338,70 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   auto abort = [&](const std::string& why) {
     AddEvent(s, "aborted", -1, why);
     Teardown(s, lock);
-    SetState(s, "aborted");
+    s.rec.mutable_info()->set_end_reason(why);
+    SetState(s, kAborted);
+  };
+  // The learner (or the controller's shutdown) ended it: scored as it
+  // stands, the answer revealed.
+  auto ended = [&] {
+    if (s.end_reason.empty()) s.end_reason = "ended by the learner";
+    Finish(s, lock, kEnded);
   };
 
-  // Agents: one host each, named like a small cluster.
+  // Agents: one host each, named like a small cluster. Every draw is fixed
+  // now; the answer key is sealed in the record.
   for (int r = 0; r < sc.job().world_size(); ++r) {
     s.rec.add_hosts("node-" + std::to_string(s.rec.next_host_index()));
     s.rec.set_next_host_index(s.rec.next_host_index() + 1);
   }
-  if (Status st = EnsureAgents(s, lock); !st.ok()) return abort("could not start the job's agents: " + st.message());
-  if (s.end_requested) return abort("ended before the job started");
-
-  // Fix every draw now; the answer key is sealed in the record.
-  std::vector<std::string> hosts(s.rec.hosts().begin(), s.rec.hosts().end());
-  auto faults = faults::ResolveFaults(sc, static_cast<uint64_t>(s.rec.info().seed()), hosts);
-  if (!faults.ok()) return abort("scenario error: " + faults.status().message());
-  for (auto& f : *faults) *s.rec.add_faults() = f;
-  s.rec.set_answer_cause(sc.answer().cause());
-  for (const auto& ref : sc.answer().culprit_ranks()) {
-    auto r = faults::ResolveRankRef(ref, *faults);
-    if (!r.ok()) return abort("scenario error: " + r.status().message());
-    s.rec.add_answer_culprit_ranks(*r);
+  if (Status st = SealAnswer(s); !st.ok()) return abort("scenario error: " + st.message());
+  Save(s);
+  if (Status st = EnsureAgents(s, lock); !st.ok()) {
+    if (s.end_requested) return ended();
+    return abort("could not start the job's agents: " + st.message());
   }
+  if (s.end_requested) return ended();
 
   // Healthy baseline of the same job on this machine, faults off.
-  SetState(s, "baseline");
+  SetState(s, kBaseline);
   if (Status st = RunJob(s, lock, "baseline", RunLength(sc), false); !st.ok()) {
+    if (s.end_requested) return ended();
     return abort("baseline run failed: " + st.message());
   }
-  if (s.end_requested) return abort("ended during the baseline");
+  if (s.end_requested) return ended();
   const WindowStats base = MeasureWindow(StepsByRank(s), sc.verify().warmup_steps(), sc.verify().window_steps(),
                                          sc.job().world_size() * sc.job().data().batch_size());
   v1::RunSummary summary = Summarize(s, sc.verify().window_steps());
-  summary.set_throughput_samples_per_s(base.throughput_samples_per_s);
-  summary.set_median_step_ms(base.median_step_ms);
-  summary.set_rank_step_skew(base.rank_step_skew);
+  FillSummary(base, &summary);
   *s.rec.mutable_baseline() = summary;
   AddEvent(s, "baseline", -1,
            "healthy baseline: " + Fmt(base.throughput_samples_per_s) + " samples/s, median step " +
                Fmt(base.median_step_ms, 1) + " ms, rank busy-time skew " + Fmt(base.rank_step_skew, 2) + " over " +
                std::to_string(base.steps) + " steps");
 
-  // The drill: the real job, faults armed. A fault may come with a bad
-  // deploy of the job's settings; from here on that is the job's config,
-  // which the learner's fix settings then change.
+  // The drill: the real job, faults armed, until the learner fixes it, ends
+  // it or the time limit passes. A fault may come with a bad deploy of the
+  // job's settings; from here on that is the job's config, which the
+  // learner's fix settings then change.
   s.healthy_job = s.rec.job();
-  faults::ApplyFaultsToJob(*faults, s.rec.mutable_job());
-  SetState(s, "running");
+  faults::ApplyFaultsToJob(std::vector<v1::ResolvedFault>(s.rec.faults().begin(), s.rec.faults().end()),
+                           s.rec.mutable_job());
+  SetState(s, kRunning);
   s.rec.set_run_started_unix_ms(NowMs());
   Save(s);
-  StartRun(s, "main", s.rec.job().steps(), true);
-  s.cv.wait(lock, [&] { return s.end_requested || s.pending_fix.has_value(); });
-  if (s.end_requested) return abort("ended by the learner before a fix was applied");
+  StartRun(s, "main", kUnboundedSteps, true);
+  const auto limit = std::chrono::seconds(TimeLimitS(sc.rubric()));
+  const bool acted = s.cv.wait_for(lock, limit, [&] { return s.end_requested || s.fix_pending; });
+  if (s.end_requested) return ended();
+  if (!acted) {
+    s.end_reason = "the time limit (" + std::to_string(limit.count()) + " s) ran out before a fix";
+    return ended();
+  }
 
-  // The learner's fix, then a measured verification run.
-  SetState(s, "fixing");
+  // The learner's fix, then a measured verification.
+  SetState(s, kFixing);
   StopRun(s, lock);
-  const v1::ApplyFixRequest fix = *s.pending_fix;
+  const v1::ApplyFixRequest fix = s.rec.fix();
   for (int rank : fix.replace_host_ranks()) {
     const std::string old_host = s.rec.hosts(rank);
     const std::string new_host = "node-" + std::to_string(s.rec.next_host_index());
@@ -293,64 +415,19 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
     // Validated when the fix was accepted.
     (void)ApplyJobSetting(s.rec.mutable_job(), kv.key(), kv.value());
   }
-  if (Status st = EnsureAgents(s, lock); !st.ok()) return abort("could not restart the job's agents: " + st.message());
-  if (s.end_requested) return abort("ended while the fix was being applied");
+  Save(s);
+  if (Status st = EnsureAgents(s, lock); !st.ok()) {
+    if (s.end_requested) return ended();
+    return abort("could not restart the job's agents: " + st.message());
+  }
+  if (s.end_requested) return ended();
 
-  SetState(s, "verifying");
-  Status vst = RunJob(s, lock, "verify", RunLength(sc), true);
-  if (s.end_requested) return abort("ended during verification");
-  auto measure = [&] {
-    return MeasureWindow(StepsByRank(s), sc.verify().warmup_steps(), sc.verify().window_steps(),
-                         s.rec.job().world_size() * s.rec.job().data().batch_size());
-  };
-  WindowStats ver;
-  if (vst.ok()) ver = measure();
-  v1::Verification v = Verify(s.rec.baseline(), ver, sc.verify());
-  // The baseline was measured minutes ago, on cores that other work
-  // shares: when only throughput misses while the ranks are balanced, the
-  // machine itself may be slower now. Measure the healthy job and the fix
-  // again, back to back, and judge the fix against that baseline: both see
-  // the same machine, and a fix that did not work stays slow beside it.
-  if (vst.ok() && !v.passed() && ver.rank_step_skew <= sc.verify().rank_step_skew_max()) {
-    AddEvent(s, "verification_remeasure", -1,
-             "throughput below the floor with balanced ranks (" + v.detail() +
-                 "); measuring the healthy job and the fix again, back to back");
-    Status bst = RunJob(s, lock, "baseline", RunLength(sc), false, &s.healthy_job);
-    if (s.end_requested) return abort("ended during verification");
-    v1::RunSummary fresh = s.rec.baseline();
-    if (!bst.ok()) {
-      AddEvent(s, "baseline", -1, "re-measuring the healthy job failed (" + bst.message() +
-                                      "); the fix is judged against the first baseline");
-    } else {
-      const WindowStats b = MeasureWindow(StepsByRank(s), sc.verify().warmup_steps(), sc.verify().window_steps(),
-                                          s.healthy_job.world_size() * s.healthy_job.data().batch_size());
-      if (b.steps > 0) {
-        fresh.set_throughput_samples_per_s(b.throughput_samples_per_s);
-        fresh.set_median_step_ms(b.median_step_ms);
-        fresh.set_rank_step_skew(b.rank_step_skew);
-        AddEvent(s, "baseline", -1,
-                 "healthy job re-measured: " + Fmt(b.throughput_samples_per_s) + " samples/s (first baseline " +
-                     Fmt(s.rec.baseline().throughput_samples_per_s()) + ")");
-      }
-    }
-    vst = RunJob(s, lock, "verify", RunLength(sc), true);
-    if (s.end_requested) return abort("ended during verification");
-    if (vst.ok()) ver = measure();
-    v = Verify(fresh, ver, sc.verify());
-  }
-  if (!vst.ok()) {
-    v.set_passed(false);
-    v.set_detail("the verification run did not complete: " + vst.message());
-  }
+  SetState(s, kVerifying);
+  const v1::Verification v = VerifyFix(s, lock);
+  if (s.end_requested) return ended();
   *s.rec.mutable_verification() = v;
   AddEvent(s, v.passed() ? "verification_passed" : "verification_failed", -1, v.detail());
-
-  const v1::ScoreReport score = ComputeScore(s);
-  s.rec.mutable_info()->set_total_score(score.total());
-  if (Status st = store_->SaveScore(score, NowMs()); !st.ok()) spdlog::error("{}", st.message());
-  AddEvent(s, "scored", -1, "score " + std::to_string(score.total()) + "/" + std::to_string(score.max_total()));
-  Teardown(s, lock);  // before "scored", so a scored session has no agents left
-  SetState(s, "scored");
+  Finish(s, lock, kScored);
 }
 
 Status SessionManager::LaunchRank(Session& s, Lock& lock, int rank, const std::string& host) {
@@ -365,30 +442,41 @@ Status SessionManager::LaunchRank(Session& s, Lock& lock, int rank, const std::s
   r.agent_id = agent_id;
   r.host = host;
   r.state = "starting";
-  auto pid = launcher_->Launch(agent_id, host);
+  pool_->Expect(agent_id, s.join_token);
+  auto pid = launcher_->Launch(agent_id, host, s.join_token);
   if (!pid.ok()) return pid.status();
   r.pid = *pid;
   return Status::Ok();
 }
 
-// Makes sure every rank has a live, registered agent: ranks with none (new
-// session, replaced host, lost agent) get one on their host.
+bool SessionManager::AgentAlive(const Session& s, int rank) {
+  const Rank& r = s.ranks[rank];
+  if (r.agent_id.empty() || r.state == "lost" || r.state == "retired" || r.state == "stopped") return false;
+  if (!pool_->Find(r.agent_id)) return false;
+  return !launcher_ || launcher_->Running(r.agent_id);
+}
+
+// Makes sure every rank has a live, registered agent before a run: a rank
+// whose agent is gone (never started, replaced, lost, killed) gets a new
+// one, whatever state its last report left it in.
 Status SessionManager::EnsureAgents(Session& s, Lock& lock) {
   std::vector<std::string> waiting;
   for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
     Rank& r = s.ranks[rank];
-    if (!r.agent_id.empty() && r.state != "lost" && r.state != "retired") continue;
+    if (AgentAlive(s, rank)) continue;
+    if (!r.agent_id.empty() && r.state != "retired") RetireAgent(s, lock, rank);  // half there: finish it off
     if (!opts_.local_launcher) {
       // Remote agents: take an idle registered agent, never one on a host
-      // the learner asked to replace, nor one already holding a rank here.
+      // the learner asked to replace, nor one already holding a rank here,
+      // nor one still finishing a job it was given before.
       std::set<std::string> busy_hosts = s.replaced_hosts;
-      for (const auto& other : s.ranks) {
-        if (!other.agent_id.empty() && other.state != "lost" && other.state != "retired") busy_hosts.insert(other.host);
+      for (int other = 0; other < static_cast<int>(s.ranks.size()); ++other) {
+        if (other != rank && AgentAlive(s, other)) busy_hosts.insert(s.ranks[other].host);
       }
       bool found = false;
       for (const auto& a : pool_->Connected()) {
         std::lock_guard<std::mutex> g(mu_);
-        if (agent_session_.count(a.agent_id) || busy_hosts.count(a.host)) continue;
+        if (a.busy || agent_session_.count(a.agent_id) || busy_hosts.count(a.host)) continue;
         agent_session_[a.agent_id] = s.rec.info().session_id();
         r = Rank{};
         r.agent_id = a.agent_id;
@@ -469,7 +557,8 @@ void SessionManager::StartRun(Session& s, const std::string& kind, int64_t steps
     r.state = "running";
     if (!pool_->Send(r.agent_id, msg)) MarkRankLost(s, rank, "could not reach its agent");
   }
-  AddEvent(s, "run_started", -1, kind + " run started: " + std::to_string(steps) + " steps");
+  AddEvent(s, "run_started", -1,
+           kind + " run started" + (steps < kUnboundedSteps ? ": " + std::to_string(steps) + " steps" : ""));
 }
 
 void SessionManager::UpdateRunState(Session& s) {
@@ -546,15 +635,23 @@ void SessionManager::StopRun(Session& s, Lock& lock) {
   if (s.run->state == "starting" || s.run->state == "running") s.run->state = "stopped";
 }
 
-// Stops a rank's agent on purpose (replace host, hung, teardown).
+// Stops a rank's agent on purpose (replace host, hung, teardown). A local
+// agent is killed; a remote one is told to stop its run and is not handed a
+// new job until it reports that run over (the pool tracks that).
 void SessionManager::RetireAgent(Session& s, Lock& lock, int rank) {
   Rank& r = s.ranks[rank];
   if (r.agent_id.empty()) return;
   s.retired.insert(r.agent_id);
-  if (launcher_) launcher_->Kill(r.agent_id);
+  const std::string id = r.agent_id;
+  if (!launcher_ && s.run && (r.state == "running" || r.state == "starting")) {
+    v1::ControllerMessage msg;
+    msg.mutable_stop()->set_run_id(s.run->id);
+    pool_->Send(id, msg);
+  }
+  if (launcher_) launcher_->Kill(id);
   r.state = "retired";
   r.message.clear();
-  const std::string id = r.agent_id;
+  pool_->Forget(id);
   if (launcher_) {
     lock.unlock();
     for (int i = 0; i < 100 && launcher_->Running(id); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -582,8 +679,12 @@ void SessionManager::OnSteps(const std::string& agent_id, const v1::StepBatch& b
   if (!s->run || s->run->id != batch.run_id()) return;
   for (const auto& step : batch.steps()) {
     if (step.rank() < 0 || step.rank() >= static_cast<int>(s->ranks.size())) continue;
-    s->ranks[step.rank()].steps.push_back(step);
-    s->ranks[step.rank()].last_step_at = std::chrono::steady_clock::now();
+    Rank& r = s->ranks[step.rank()];
+    r.steps.push_back(step);
+    // Keep the newest: drop the older half when the cap is reached, so the
+    // cost per report stays constant.
+    if (r.steps.size() >= 2 * opts_.steps_kept) r.steps.erase(r.steps.begin(), r.steps.end() - opts_.steps_kept);
+    r.last_step_at = std::chrono::steady_clock::now();
     if (s->run->kind == "main" && s->rec.fault_onset_unix_ms() == 0)
       s->rec.set_fault_onset_unix_ms(FaultOnsetUnixMs(s->rec.faults(), step));
   }
@@ -598,9 +699,11 @@ void SessionManager::OnJobEvent(const std::string& agent_id, const v1::JobEvent&
   if (!s->run || s->run->id != ev.run_id()) return;
   if (ev.rank() < 0 || ev.rank() >= static_cast<int>(s->ranks.size())) return;
   Rank& r = s->ranks[ev.rank()];
+  if (r.agent_id != agent_id) return;  // an agent may only speak for its own rank
   s->run->last_progress = std::chrono::steady_clock::now();
   switch (ev.kind()) {
     case v1::JobEvent::STORE_READY: {
+      if (ev.rank() != 0) break;
       v1::ControllerMessage msg;
       auto* rv = msg.mutable_rendezvous();
       rv->set_run_id(ev.run_id());
@@ -665,7 +768,24 @@ void SessionManager::OnAgentExit(const std::string& agent_id, int pid, const std
   OnAgentGone(agent_id, "agent process " + how);
 }
 
-// ------------------------------------------------------------ public API
+StatusOr<v1::SessionInfo> SessionManager::End(const std::string& id) {
+  auto sp = Find(id);
+  if (!sp.ok()) return sp.status();
+  Session& s = **sp;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!s.end_requested && !TerminalState(s.rec.info().state())) {
+      s.end_requested = true;
+      s.end_reason = "ended by the learner";
+    }
+  }
+  s.cv.notify_all();
+  JoinDriver(s);
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.rec.info();
+}
+
+// -------------------------------------------------------------- helpers
 
 std::vector<std::vector<v1::StepReport>> SessionManager::StepsByRank(const Session& s) const {
   std::vector<std::vector<v1::StepReport>> out;
@@ -673,180 +793,10 @@ std::vector<std::vector<v1::StepReport>> SessionManager::StepsByRank(const Sessi
   return out;
 }
 
-v1::RunSummary SessionManager::Summarize(const Session& s, int window) const {
-  v1::RunSummary out;
-  if (!s.run) return out;
-  out.set_kind(s.run->kind);
-  out.set_state(s.run->state);
-  out.set_steps_total(s.run->steps_total);
-  int64_t done = s.run->steps_total;
-  for (const auto& r : s.ranks) done = std::min<int64_t>(done, r.steps.empty() ? 0 : r.steps.back().step() + 1);
-  out.set_steps_done(done);
-  if (done > 0) {
-    const int64_t first = std::max<int64_t>(0, done - window);
-    const WindowStats w = MeasureWindow(StepsByRank(s), first, done - first,
-                                        s.rec.job().world_size() * s.rec.job().data().batch_size());
-    out.set_throughput_samples_per_s(w.throughput_samples_per_s);
-    out.set_median_step_ms(w.median_step_ms);
-    out.set_rank_step_skew(w.rank_step_skew);
-  }
-  return out;
-}
-
-StatusOr<v1::SubmitDiagnosisResponse> SessionManager::Diagnose(const v1::SubmitDiagnosisRequest& req) {
-  auto sp = Find(req.session_id());
-  if (!sp.ok()) return sp.status();
-  Session& s = **sp;
-  std::lock_guard<std::mutex> lock(s.mu);
-  const std::string& state = s.rec.info().state();
-  if (state == "created" || state == "baseline") {
-    return FailedPrecondition("session " + req.session_id() +
-                              " is still measuring its healthy baseline; diagnose once it is running");
-  }
-  if (Terminal(state)) {
-    return FailedPrecondition("session " + req.session_id() + " is already " + state + "; start a new one");
-  }
-  if (!faults::IsKnownCause(req.cause())) {
-    std::string known;
-    for (const auto& c : faults::KnownCauses()) known += (known.empty() ? "" : ", ") + c;
-    return InvalidArgument("unknown cause '" + req.cause() + "'; known causes: " + known);
-  }
-  for (int r : req.culprit_ranks()) {
-    if (r < 0 || r >= s.rec.info().world_size()) {
-      return OutOfRange("rank " + std::to_string(r) + " is outside this job's ranks 0.." +
-                        std::to_string(s.rec.info().world_size() - 1));
-    }
-  }
-  auto id = store_->AddDiagnosis(req, NowMs());
-  if (!id.ok()) return id.status();
-  std::string ranks;
-  for (int r : req.culprit_ranks()) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-  AddEvent(s, "diagnosis", -1, "diagnosis: " + req.cause() + (ranks.empty() ? "" : " on rank " + ranks));
-  v1::SubmitDiagnosisResponse resp;
-  resp.set_diagnosis_id(*id);
-  for (const auto& c : faults::KnownCauses()) resp.add_known_causes(c);
-  return resp;
-}
-
-StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& req) {
-  auto sp = Find(req.session_id());
-  if (!sp.ok()) return sp.status();
-  Session& s = **sp;
-  std::unique_lock<std::mutex> lock(s.mu);
-  const std::string& state = s.rec.info().state();
-  if (Terminal(state)) {
-    return FailedPrecondition("session " + req.session_id() + " has already ended (" + state +
-                              "); start a new session to try again");
-  }
-  if (state == "fixing" || state == "verifying" || s.pending_fix) {
-    return FailedPrecondition("a fix is already being verified for session " + req.session_id() +
-                              "; watch `firedrill status`");
-  }
-  if (state != "running") {
-    return FailedPrecondition("session " + req.session_id() + " is still measuring its baseline; fix it once it is running");
-  }
-  for (int r : req.replace_host_ranks()) {
-    if (r < 0 || r >= s.rec.info().world_size()) {
-      return OutOfRange("--replace-host " + std::to_string(r) + ": rank outside this job's ranks 0.." +
-                        std::to_string(s.rec.info().world_size() - 1));
-    }
-  }
-  v1::JobSpec trial = s.rec.job();
-  for (const auto& kv : req.settings()) {
-    if (Status st = ApplyJobSetting(&trial, kv.key(), kv.value()); !st.ok()) return st;
-    if (trial.world_size() != s.rec.job().world_size()) {
-      return InvalidArgument("job.world_size cannot be changed by a fix in this drill");
-    }
-  }
-  auto id = store_->AddFix(req, NowMs());
-  if (!id.ok()) return id.status();
-  s.rec.set_fix_applied_unix_ms(NowMs());
-  s.fix_applied = true;
-  s.fix_matches = MatchesRemediation(*s.scenario, s.rec, req);
-  s.pending_fix = req;
-  std::string what;
-  for (int r : req.replace_host_ranks()) what += " replace-host " + std::to_string(r);
-  for (const auto& kv : req.settings()) what += " set " + kv.key() + "=" + kv.value();
-  AddEvent(s, "fix", -1, "fix applied:" + (what.empty() ? std::string(" (no change)") : what));
-  Save(s);
-  lock.unlock();
-  s.cv.notify_all();
-  v1::ApplyFixResponse resp;
-  resp.set_fix_id(*id);
-  resp.set_state("fixing");
-  return resp;
-}
-
-StatusOr<v1::RequestHintResponse> SessionManager::Hint(const std::string& id) {
-  auto sp = Find(id);
-  if (!sp.ok()) return sp.status();
-  Session& s = **sp;
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (Terminal(s.rec.info().state())) return FailedPrecondition("session " + id + " has ended");
-  const auto& hints = s.scenario->hints();
-  if (s.rec.hints_used() >= hints.size()) {
-    return FailedPrecondition("no more hints: all " + std::to_string(hints.size()) + " have been used");
-  }
-  v1::RequestHintResponse resp;
-  resp.set_hint(hints.Get(s.rec.hints_used()));
-  s.rec.set_hints_used(s.rec.hints_used() + 1);
-  resp.set_hints_used(s.rec.hints_used());
-  resp.set_hints_total(hints.size());
-  resp.set_cost(s.scenario->rubric().hint_cost());
-  AddEvent(s, "hint", -1, "hint " + std::to_string(s.rec.hints_used()) + " taken");
-  Save(s);
-  return resp;
-}
-
-v1::ScoreReport SessionManager::ComputeScore(Session& s) {
-  ScoreInputs in;
-  in.scenario = s.scenario;
-  in.record = &s.rec;
-  auto d = store_->LatestDiagnosis(s.rec.info().session_id());
-  if (d.ok()) in.diagnosis = *d;
-  in.fix_applied = s.fix_applied;
-  in.fix_matches_remediation = s.fix_matches;
-  // The clock starts when the fault did (a fault armed at step 0 starts
-  // with the run).
-  const int64_t from = s.rec.fault_onset_unix_ms() > 0 ? s.rec.fault_onset_unix_ms() : s.rec.run_started_unix_ms();
-  if (from > 0 && s.rec.fix_applied_unix_ms() > 0) {
-    in.elapsed_s = std::max<int64_t>(0, s.rec.fix_applied_unix_ms() - from) / 1000.0;
-  }
-  return Score(in);
-}
-
-StatusOr<v1::ScoreReport> SessionManager::GetScore(const std::string& id) {
-  auto stored = store_->LoadScore(id);
-  if (stored.ok() && stored->has_value()) return **stored;
-  auto sp = Find(id);
-  if (!sp.ok()) return sp.status();
-  Session& s = **sp;
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (s.scenario == nullptr) {
-    return FailedPrecondition("session " + id + " has no score and its scenario is no longer loaded");
-  }
-  return ComputeScore(s);  // provisional: final=false until verification ran
-}
-
-StatusOr<v1::SessionInfo> SessionManager::End(const std::string& id) {
-  auto sp = Find(id);
-  if (!sp.ok()) return sp.status();
-  Session& s = **sp;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    s.end_requested = true;
-  }
-  s.cv.notify_all();
-  if (s.driver.joinable() && s.driver.get_id() != std::this_thread::get_id()) s.driver.join();
-  std::lock_guard<std::mutex> lock(s.mu);
-  return s.rec.info();
-}
-
-// -------------------------------------------------------------- helpers
-
 void SessionManager::SetState(Session& s, const std::string& state) {
   s.rec.mutable_info()->set_state(state);
   Save(s);
+  s.cv.notify_all();
 }
 
 void SessionManager::AddEvent(Session& s, const std::string& kind, int rank, const std::string& message) {

@@ -1,14 +1,21 @@
 // Sessions: one learner's attempt at one scenario. Each session has a driver
 // thread that walks its state machine
-//   created -> baseline -> running -> fixing -> verifying -> scored (| aborted)
-// by assigning job runs to agents and waiting for what they report. The
-// public RPCs only read state or leave requests for the driver.
+//   created -> baseline -> running -> fixing -> verifying -> scored
+// (or ended: the learner or the time limit stopped it before a scored fix;
+// or aborted: something failed) by assigning job runs to agents and waiting
+// for what they report. The public RPCs only read state or leave requests
+// for the driver.
+//
+// Files: session_manager.cc drives sessions (lifecycle, agents, runs);
+// session_actions.cc takes the learner's diagnosis, fix and hints and
+// grades; session_verify.cc measures a fix; session_observe.cc is the read
+// side (status, trace, logs, flight recorders); session_probe.cc runs probes.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,6 +28,7 @@
 #include "common/status.h"
 #include "controller/agent_pool.h"
 #include "controller/launcher.h"
+#include "controller/run_metrics.h"
 #include "controller/store.h"
 #include "firedrill/v1/controller.pb.h"
 #include "firedrill/v1/scenario.pb.h"
@@ -33,11 +41,27 @@ struct SessionManagerOptions {
   std::string agent_bin;        // local launcher only
   std::string agent_dial_addr;  // address agents use to reach this controller
   bool local_launcher = true;   // false: use agents that registered on their own
-  double slow_ratio = 1.5;      // busy time vs median that marks a rank SLOW in status;
-                                // ranks sharing cores drift +-30% on their own
+  double slow_ratio = 1.5;      // busy time vs median that marks a rank SLOW in status (only
+                                // where the drill offers the straggler detector); ranks
+                                // sharing cores drift +-30% on their own
   int status_window = 20;       // steps averaged in status rows
   std::chrono::seconds agent_register_timeout{60};
+  // Step reports kept per rank and run (the newest): status, trace and
+  // verification read at most a few hundred; a drill's job runs until the
+  // learner fixes it.
+  size_t steps_kept = 4000;
 };
+
+// Session states.
+inline constexpr const char* kCreated = "created";
+inline constexpr const char* kBaseline = "baseline";
+inline constexpr const char* kRunning = "running";
+inline constexpr const char* kFixing = "fixing";
+inline constexpr const char* kVerifying = "verifying";
+inline constexpr const char* kScored = "scored";
+inline constexpr const char* kEnded = "ended";
+inline constexpr const char* kAborted = "aborted";
+bool TerminalState(const std::string& state);
 
 class SessionManager : public AgentListener {
  public:
@@ -45,7 +69,8 @@ class SessionManager : public AgentListener {
   ~SessionManager() override;
 
   // Loads stored sessions; any that was in flight when a previous controller
-  // stopped is marked aborted (its agents died with that controller).
+  // stopped is marked aborted (its agents died with that controller). A
+  // record that cannot be read is logged and skipped.
   Status Init();
   // Where launched agents dial; starts the local launcher.
   void SetAgentDialAddress(const std::string& addr);
@@ -53,6 +78,7 @@ class SessionManager : public AgentListener {
   void Shutdown();
 
   std::vector<v1::ScenarioSummary> ListScenarios() const;
+  StatusOr<v1::ScenarioDetail> GetScenario(const std::string& id) const;
   StatusOr<v1::SessionInfo> Start(const v1::StartSessionRequest& req);
   std::vector<v1::SessionInfo> List();
   StatusOr<v1::SessionStatus> GetStatus(const std::string& id);
@@ -84,12 +110,12 @@ class SessionManager : public AgentListener {
     int pid = 0;
     std::string state = "idle";  // idle|starting|running|finished|failed|lost|retired
     std::string message;
-    std::vector<v1::StepReport> steps;  // this run's reports, in order
+    std::vector<v1::StepReport> steps;  // this run's newest reports, in order
     std::chrono::steady_clock::time_point last_step_at;  // when the newest report arrived
   };
   struct Run {
     std::string id;
-    std::string kind;  // baseline|main|verify
+    std::string kind;  // baseline|main|healthy|verify
     int64_t steps_total = 0;
     std::string state = "starting";
     std::chrono::steady_clock::time_point last_progress;
@@ -101,22 +127,24 @@ class SessionManager : public AgentListener {
     const v1::Scenario* scenario = nullptr;
     std::vector<Rank> ranks;
     std::optional<Run> run;
-    std::optional<v1::ApplyFixRequest> pending_fix;
-    v1::JobSpec healthy_job;  // as the baseline ran it: re-measured beside a verification
-    bool fix_applied = false;
-    bool fix_matches = false;
+    bool fix_pending = false;  // a fix was accepted; the driver applies it
+    v1::JobSpec healthy_job;   // as the baseline ran it: measured beside the fix
     bool end_requested = false;
+    std::string end_reason;    // why the learner (or the clock) ended it
     int run_counter = 0;
     int agent_counter = 0;
+    std::string join_token;                // agents launched for this session present it
     std::set<std::string> retired;         // agents we stopped on purpose
     std::set<std::string> replaced_hosts;  // hosts the learner moved ranks off
     std::deque<v1::SessionEvent> events;
-    int64_t fr_request = 0;                  // the flight-recorder dump being collected
-    std::map<int, v1::FlightRecord> fr_replies;  // by rank
+    // Flight-recorder dumps being collected, by request: concurrent `fr`
+    // calls each get their own replies.
+    std::map<int64_t, std::map<int, v1::FlightRecord>> fr_replies;
     std::mutex probe_mu;                     // one probe at a time
     int64_t probe_request = 0;               // the probe being collected
     std::map<int, v1::ProbeReport> probe_replies;  // by rank
     std::set<int> probe_started;             // ranks that began the probe
+    std::mutex join_mu;                      // guards `driver` (assignment and join)
     std::thread driver;
   };
   using Lock = std::unique_lock<std::mutex>;
@@ -125,10 +153,15 @@ class SessionManager : public AgentListener {
   StatusOr<std::shared_ptr<Session>> Find(const std::string& id);
   std::shared_ptr<Session> SessionOfAgent(const std::string& agent_id);
   const v1::Scenario* FindScenario(const std::string& id) const;
+  std::string NewSessionIdLocked();  // mu_ held: unused in memory and in the store
 
   // Driver steps; each is called with the session lock held.
   void Drive(std::shared_ptr<Session> s);
+  // Resolves every draw and seals the answer key in the record.
+  Status SealAnswer(Session& s);
   Status LaunchRank(Session& s, Lock& lock, int rank, const std::string& host);
+  // True if the rank's agent process is there and connected.
+  bool AgentAlive(const Session& s, int rank);
   Status EnsureAgents(Session& s, Lock& lock);
   // `job`: run this instead of the session's job (which the learner reads
   // through status and config, so it is never swapped out).
@@ -146,9 +179,21 @@ class SessionManager : public AgentListener {
   void SetState(Session& s, const std::string& state);
   void AddEvent(Session& s, const std::string& kind, int rank, const std::string& message);
   void Save(Session& s);
+  // Scores the session as it stands, stores the score, stops its agents and
+  // moves it to `state` (scored or ended).
+  void Finish(Session& s, Lock& lock, const std::string& state);
   v1::ScoreReport ComputeScore(Session& s);
+  // The measured verification of an applied fix (session_verify.cc).
+  v1::Verification VerifyFix(Session& s, Lock& lock);
+  // Runs `job` (or the session's) for one verification window and measures it.
+  Status MeasureRun(Session& s, Lock& lock, const std::string& kind, const v1::JobSpec* job, bool with_faults,
+                    WindowStats* out);
   v1::RunSummary Summarize(const Session& s, int window) const;
   std::vector<std::vector<v1::StepReport>> StepsByRank(const Session& s) const;
+  // FailedPrecondition unless the drill offers the tool.
+  Status ToolOffered(const Session& s, const std::string& tool) const;
+  // Joins the session's driver (once, whoever asks first).
+  void JoinDriver(Session& s);
 
   SessionManagerOptions opts_;
   Store* store_;
@@ -156,7 +201,9 @@ class SessionManager : public AgentListener {
   std::vector<v1::Scenario> scenarios_;
   std::unique_ptr<Launcher> launcher_;
 
-  std::mutex mu_;  // guards the maps below; taken before any session's lock
+  // Guards the maps below. Taken briefly, possibly inside a session's lock;
+  // never held while taking one.
+  std::mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_;
   std::map<std::string, std::string> agent_session_;  // agent id -> session id
   bool shutting_down_ = false;

@@ -9,10 +9,30 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "controller/run_metrics.h"
+#include "controller/scorer.h"
 #include "controller/session_manager.h"
 #include "faults/registry.h"
 
 namespace firedrill::controller {
+
+v1::RunSummary SessionManager::Summarize(const Session& s, int window) const {
+  v1::RunSummary out;
+  if (!s.run) return out;
+  out.set_kind(s.run->kind);
+  out.set_state(s.run->state);
+  // The main run has no planned end (it trains until the fix): 0.
+  out.set_steps_total(s.run->kind == "main" ? 0 : s.run->steps_total);
+  int64_t done = s.run->steps_total;
+  for (const auto& r : s.ranks) done = std::min<int64_t>(done, r.steps.empty() ? 0 : r.steps.back().step() + 1);
+  out.set_steps_done(done);
+  if (done > 0) {
+    const int64_t first = std::max<int64_t>(0, done - window);
+    FillSummary(MeasureWindow(StepsByRank(s), first, done - first,
+                              s.rec.job().world_size() * s.rec.job().data().batch_size()),
+                &out);
+  }
+  return out;
+}
 
 StatusOr<v1::SessionStatus> SessionManager::GetStatus(const std::string& id) {
   auto sp = Find(id);
@@ -40,7 +60,12 @@ StatusOr<v1::SessionStatus> SessionManager::GetStatus(const std::string& id) {
     }
     rows.push_back(std::move(row));
   }
+  // The SLOW marker is a verdict (it names a culprit): only where the drill
+  // offers the straggler detector. busy_vs_median is evidence, always there.
   MarkSlowRanks(opts_.slow_ratio, &rows);
+  if (s.scenario == nullptr || !s.scenario->tools().straggler_detector()) {
+    for (auto& row : rows) row.set_slow(false);
+  }
   for (auto& row : rows) *st.add_ranks() = std::move(row);
   *st.mutable_verification() = s.rec.verification();
   for (const auto& e : s.events) *st.add_events() = e;
@@ -49,11 +74,16 @@ StatusOr<v1::SessionStatus> SessionManager::GetStatus(const std::string& id) {
     st.set_elapsed_s((end - s.rec.run_started_unix_ms()) / 1000.0);
   }
   st.set_global_batch(s.rec.job().world_size() * s.rec.job().data().batch_size());
+  if (s.scenario != nullptr) {
+    *st.mutable_tools() = s.scenario->tools();
+    st.set_time_budget_s(s.scenario->rubric().time_budget_s());
+    st.set_time_limit_s(TimeLimitS(s.scenario->rubric()));
+  }
   // Before the faulty run starts, rec.job is still the healthy baseline's;
   // the learner only ever sees the config as deployed.
   *st.mutable_job() = s.rec.job();
   const std::string& state = s.rec.info().state();
-  if (state == "created" || state == "baseline") {
+  if (state == kCreated || state == kBaseline) {
     faults::ApplyFaultsToJob(std::vector<v1::ResolvedFault>(s.rec.faults().begin(), s.rec.faults().end()),
                              st.mutable_job());
   }
@@ -65,6 +95,7 @@ StatusOr<v1::TraceResponse> SessionManager::GetTrace(const v1::GetTraceRequest& 
   if (!sp.ok()) return sp.status();
   Session& s = **sp;
   std::lock_guard<std::mutex> lock(s.mu);
+  FD_RETURN_IF_ERROR(ToolOffered(s, "trace"));
   if (req.from_step() < 0 || (req.to_step() != 0 && req.to_step() <= req.from_step()))
     return InvalidArgument("steps " + std::to_string(req.from_step()) + ":" + std::to_string(req.to_step()) +
                            " is not a range (FROM:TO, TO exclusive and > FROM)");
@@ -98,9 +129,10 @@ void SessionManager::OnFlightRecord(const std::string& agent_id, const v1::Fligh
   auto s = SessionOfAgent(agent_id);
   if (!s) return;
   std::lock_guard<std::mutex> lock(s->mu);
-  if (record.request_id() != s->fr_request) return;  // a late answer to an earlier dump
+  auto req = s->fr_replies.find(record.request_id());
+  if (req == s->fr_replies.end()) return;  // a late answer to a dump no one waits for
   for (int rank = 0; rank < static_cast<int>(s->ranks.size()); ++rank) {
-    if (s->ranks[rank].agent_id == agent_id) s->fr_replies[rank] = record;
+    if (s->ranks[rank].agent_id == agent_id) req->second[rank] = record;
   }
   s->cv.notify_all();
 }
@@ -113,8 +145,8 @@ StatusOr<v1::FlightRecorderResponse> SessionManager::GetFlightRecorder(const v1:
   std::vector<std::pair<int, std::string>> agents;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    s.fr_request = id;
-    s.fr_replies.clear();
+    FD_RETURN_IF_ERROR(ToolOffered(s, "flight_recorder"));
+    s.fr_replies[id];  // this request's own replies: concurrent dumps do not mix
     for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank)
       if (!s.ranks[rank].agent_id.empty()) agents.emplace_back(rank, s.ranks[rank].agent_id);
   }
@@ -124,15 +156,17 @@ StatusOr<v1::FlightRecorderResponse> SessionManager::GetFlightRecorder(const v1:
   for (const auto& [rank, agent] : agents) sent += pool_->Send(agent, msg) ? 1 : 0;
   std::unique_lock<std::mutex> lock(s.mu);
   // Agents answer from their stream thread, even while their rank is stuck.
-  s.cv.wait_for(lock, std::chrono::seconds(3), [&] { return s.fr_replies.size() >= sent || s.fr_request != id; });
+  s.cv.wait_for(lock, std::chrono::seconds(3), [&] { return s.fr_replies[id].size() >= sent; });
+  const std::map<int, v1::FlightRecord> replies = std::move(s.fr_replies[id]);
+  s.fr_replies.erase(id);
   v1::FlightRecorderResponse out;
   out.set_session_id(req.session_id());
   for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
     v1::RankFlightRecord* r = out.add_ranks();
     r->set_rank(rank);
     r->set_host(rank < s.rec.hosts_size() ? s.rec.hosts(rank) : s.ranks[rank].host);
-    auto it = s.fr_replies.find(rank);
-    if (it == s.fr_replies.end()) continue;
+    auto it = replies.find(rank);
+    if (it == replies.end()) continue;
     r->set_answered(true);
     *r->mutable_entries() = it->second.entries();
     r->set_unix_ns(it->second.unix_ns());
@@ -147,6 +181,7 @@ StatusOr<v1::LogsResponse> SessionManager::GetLogs(const v1::GetLogsRequest& req
   std::string agent_id, host;
   {
     std::lock_guard<std::mutex> lock(s.mu);
+    FD_RETURN_IF_ERROR(ToolOffered(s, "logs"));
     if (req.rank() < 0 || req.rank() >= static_cast<int>(s.ranks.size()))
       return InvalidArgument("rank " + std::to_string(req.rank()) + " is outside 0.." +
                              std::to_string(s.ranks.size() - 1));

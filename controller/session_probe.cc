@@ -39,6 +39,7 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunProbe(const v1::RunProbeReques
   std::string run_id;
   {
     std::lock_guard<std::mutex> lock(s.mu);
+    FD_RETURN_IF_ERROR(ToolOffered(s, "probes"));
     if (!s.run || s.run->kind != "main" || s.run->state != "running")
       return FailedPrecondition(
           "probes run between the steps of the session's job, and it is not running now" +

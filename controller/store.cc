@@ -1,6 +1,9 @@
 #include "controller/store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -13,7 +16,9 @@
 namespace firedrill::controller {
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// 2: diagnoses and fixes are numbered per session; diagnoses keep their
+// findings (several causes at once).
+constexpr int kSchemaVersion = 2;
 
 // Foreign keys make a row for an unknown session fail loudly instead of
 // leaving orphans that no session will ever show. session_id is indexed on
@@ -45,7 +50,9 @@ CREATE TABLE IF NOT EXISTS diagnoses (
   unix_ms INTEGER,
   cause TEXT,
   culprit_ranks TEXT,
-  note TEXT
+  note TEXT,
+  number INTEGER,
+  findings TEXT
 );
 CREATE INDEX IF NOT EXISTS diagnoses_session ON diagnoses(session_id);
 CREATE TABLE IF NOT EXISTS fixes (
@@ -54,7 +61,8 @@ CREATE TABLE IF NOT EXISTS fixes (
   unix_ms INTEGER,
   replace_host_ranks TEXT,
   settings TEXT,
-  request BLOB
+  request BLOB,
+  number INTEGER
 );
 CREATE INDEX IF NOT EXISTS fixes_session ON fixes(session_id);
 CREATE TABLE IF NOT EXISTS scores (
@@ -71,6 +79,17 @@ int64_t NowUnixMs() {
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+
+// Version 1 databases lack the per-session numbers and the findings.
+constexpr const char* kMigrate1To2 = R"sql(
+ALTER TABLE diagnoses ADD COLUMN number INTEGER;
+ALTER TABLE diagnoses ADD COLUMN findings TEXT;
+ALTER TABLE fixes ADD COLUMN number INTEGER;
+UPDATE diagnoses SET number = (SELECT COUNT(*) FROM diagnoses d2
+  WHERE d2.session_id = diagnoses.session_id AND d2.id <= diagnoses.id);
+UPDATE fixes SET number = (SELECT COUNT(*) FROM fixes f2
+  WHERE f2.session_id = fixes.session_id AND f2.id <= fixes.id);
+)sql";
 
 // Maps a SQLite result code to the Status code a caller can act on: a busy
 // database is worth retrying, a corrupt one is data loss, a file that cannot
@@ -252,6 +271,16 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     }
   }
 
+  // The file holds every session's answer key: owner only, from the start
+  // (SQLite gives its -wal and -shm files the database file's mode).
+  {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      (void)::fchmod(fd, 0600);
+      ::close(fd);
+    }
+    for (const char* suffix : {"-wal", "-shm"}) (void)::chmod((path + suffix).c_str(), 0600);
+  }
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
   if (rc != SQLITE_OK) {
@@ -303,6 +332,7 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   {
     Txn txn(c, /*write=*/true);
     FD_RETURN_IF_ERROR(txn.Begin());
+    if (version == 1) FD_RETURN_IF_ERROR(c.Exec(kMigrate1To2, "upgrade schema 1 -> 2"));
     FD_RETURN_IF_ERROR(c.Exec(kSchema, "create schema"));
     // PRAGMA takes no bound parameters; the value is our own constant.
     const std::string set_version = "PRAGMA user_version = " + std::to_string(kSchemaVersion);
@@ -360,7 +390,7 @@ Status Store::SaveSession(const v1::SessionRecord& record) {
   return txn.Commit();
 }
 
-StatusOr<std::vector<v1::SessionRecord>> Store::LoadSessions() {
+StatusOr<std::vector<v1::SessionRecord>> Store::LoadSessions(std::vector<std::string>* problems) {
   std::lock_guard<std::mutex> lock(mu_);
   Ctx c{db_, path_};
   Txn txn(c, false);
@@ -379,15 +409,27 @@ StatusOr<std::vector<v1::SessionRecord>> Store::LoadSessions() {
     // A record whose own id disagrees with its row is as unusable as one that
     // does not parse: the session it would resurrect is not the one stored.
     if (!rec.ParseFromString(blob) || rec.info().session_id() != id) {
-      return DataLoss("store " + path_ + ": session '" + id + "': record blob (" +
-                      std::to_string(blob.size()) +
-                      " bytes) is unreadable; restore the database from a backup or delete that row "
-                      "with the sqlite3 shell");
+      if (problems != nullptr) {
+        problems->push_back("store " + path_ + ": session '" + id + "': record blob (" +
+                            std::to_string(blob.size()) +
+                            " bytes) is unreadable; skipped. Restore the database from a backup or delete "
+                            "that row with the sqlite3 shell");
+      }
+      continue;
     }
     out.push_back(std::move(rec));
   }
   FD_RETURN_IF_ERROR(txn.Commit());
   return out;
+}
+
+StatusOr<bool> Store::HasSession(const std::string& session_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Ctx c{db_, path_};
+  Stmt s;
+  FD_RETURN_IF_ERROR(c.Prepare(&s, "SELECT 1 FROM sessions WHERE id = ?1", "look up session"));
+  s.BindText(1, session_id);
+  return c.Next(&s, "look up session " + session_id);
 }
 
 Status Store::AppendEvent(const std::string& session_id, const v1::SessionEvent& event) {
@@ -439,51 +481,107 @@ StatusOr<std::vector<v1::SessionEvent>> Store::LoadEvents(const std::string& ses
   return out;
 }
 
-StatusOr<int> Store::AddDiagnosis(const v1::SubmitDiagnosisRequest& d, int64_t unix_ms) {
+namespace {
+// The next per-session number in `table` (diagnoses or fixes), inside the
+// caller's write transaction.
+StatusOr<int> NextNumber(const Ctx& c, const char* sql, const std::string& session_id, const std::string& what) {
+  Stmt s;
+  FD_RETURN_IF_ERROR(c.Prepare(&s, sql, what));
+  s.BindText(1, session_id);
+  auto row = c.Next(&s, what);
+  if (!row.ok()) return row.status();
+  return static_cast<int>(s.Int(0)) + 1;
+}
+
+std::string FindingsJson(const std::vector<v1::Finding>& findings) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& f : findings) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (int32_t r : f.culprit_ranks()) ranks.push_back(r);
+    j.push_back({{"cause", f.cause()}, {"culprit_ranks", ranks}});
+  }
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+bool ParseFindingsJson(const std::string& text, google::protobuf::RepeatedPtrField<v1::Finding>* out) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_array()) return false;
+  for (const auto& f : j) {
+    if (!f.is_object() || !f.contains("cause") || !f["cause"].is_string()) return false;
+    v1::Finding* x = out->Add();
+    x->set_cause(f["cause"].get<std::string>());
+    if (f.contains("culprit_ranks")) {
+      if (!f["culprit_ranks"].is_array()) return false;
+      for (const auto& r : f["culprit_ranks"]) {
+        if (!r.is_number_integer()) return false;
+        x->add_culprit_ranks(r.get<int32_t>());
+      }
+    }
+  }
+  return true;
+}
+}  // namespace
+
+StatusOr<int> Store::AddDiagnosis(const std::string& session_id, const std::vector<v1::Finding>& findings,
+                                  const std::string& note, int64_t unix_ms) {
   std::lock_guard<std::mutex> lock(mu_);
   Ctx c{db_, path_};
   Txn txn(c, true);
   FD_RETURN_IF_ERROR(txn.Begin());
+  auto number = NextNumber(c, "SELECT COALESCE(MAX(number), 0) FROM diagnoses WHERE session_id = ?1", session_id,
+                           "number diagnosis");
+  if (!number.ok()) return number.status();
   Stmt s;
   FD_RETURN_IF_ERROR(c.Prepare(&s,
-                               "INSERT INTO diagnoses (session_id, unix_ms, cause, culprit_ranks, note) "
-                               "VALUES (?1, ?2, ?3, ?4, ?5)",
+                               "INSERT INTO diagnoses (session_id, unix_ms, cause, culprit_ranks, note, number, "
+                               "findings) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                                "insert diagnosis"));
-  s.BindText(1, d.session_id());
+  // cause and culprit_ranks: the first finding, for people reading the table.
+  s.BindText(1, session_id);
   s.BindInt(2, unix_ms);
-  s.BindText(3, d.cause());
-  s.BindText(4, RanksJson(d.culprit_ranks()));
-  s.BindText(5, d.note());
-  FD_RETURN_IF_ERROR(RunInsert(c, &s, "insert diagnosis", d.session_id()));
-  int id = static_cast<int>(sqlite3_last_insert_rowid(db_));
+  s.BindText(3, findings.empty() ? "" : findings[0].cause());
+  s.BindText(4, findings.empty() ? "[]" : RanksJson(findings[0].culprit_ranks()));
+  s.BindText(5, note);
+  s.BindInt(6, *number);
+  s.BindText(7, FindingsJson(findings));
+  FD_RETURN_IF_ERROR(RunInsert(c, &s, "insert diagnosis", session_id));
   FD_RETURN_IF_ERROR(txn.Commit());
-  return id;
+  return *number;
 }
 
-StatusOr<std::optional<v1::SubmitDiagnosisRequest>> Store::LatestDiagnosis(const std::string& session_id) {
+StatusOr<std::vector<v1::DiagnosisRecord>> Store::LoadDiagnoses(const std::string& session_id) {
   std::lock_guard<std::mutex> lock(mu_);
   Ctx c{db_, path_};
   Txn txn(c, false);
   FD_RETURN_IF_ERROR(txn.Begin());
   Stmt s;
   FD_RETURN_IF_ERROR(c.Prepare(&s,
-                               "SELECT id, cause, culprit_ranks, note FROM diagnoses WHERE session_id = ?1 "
-                               "ORDER BY id DESC LIMIT 1",
-                               "load diagnosis"));
+                               "SELECT id, number, unix_ms, cause, culprit_ranks, note, findings FROM diagnoses "
+                               "WHERE session_id = ?1 ORDER BY id ASC",
+                               "load diagnoses"));
   s.BindText(1, session_id);
-  auto row = c.Next(&s, "load diagnosis of " + session_id);
-  if (!row.ok()) return row.status();
-  std::optional<v1::SubmitDiagnosisRequest> out;
-  if (*row) {
-    v1::SubmitDiagnosisRequest& d = out.emplace();
-    d.set_session_id(session_id);
-    d.set_cause(s.Text(1));
-    if (!ParseRanksJson(s.Text(2), d.mutable_culprit_ranks())) {
-      return DataLoss("store " + path_ + ": session '" + session_id + "': diagnosis " +
-                      std::to_string(s.Int(0)) + " has unreadable culprit_ranks '" + s.Text(2) +
-                      "' (expected a JSON array of integers)");
+  std::vector<v1::DiagnosisRecord> out;
+  for (;;) {
+    auto row = c.Next(&s, "load diagnoses of " + session_id);
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    v1::DiagnosisRecord& d = out.emplace_back();
+    d.set_number(static_cast<int32_t>(s.Int(1)));
+    d.set_unix_ms(s.Int(2));
+    d.set_note(s.Text(5));
+    const std::string findings = s.Text(6);
+    bool ok = true;
+    if (findings.empty()) {  // written before schema 2: one finding in the columns
+      v1::Finding* f = d.add_findings();
+      f->set_cause(s.Text(3));
+      ok = ParseRanksJson(s.Text(4), f->mutable_culprit_ranks());
+    } else {
+      ok = ParseFindingsJson(findings, d.mutable_findings());
     }
-    d.set_note(s.Text(3));
+    if (!ok) {
+      return DataLoss("store " + path_ + ": session '" + session_id + "': diagnosis " +
+                      std::to_string(s.Int(0)) + " has unreadable findings; fix or delete that row");
+    }
   }
   FD_RETURN_IF_ERROR(txn.Commit());
   return out;
@@ -506,21 +604,24 @@ StatusOr<int> Store::AddFix(const v1::ApplyFixRequest& f, int64_t unix_ms) {
   Ctx c{db_, path_};
   Txn txn(c, true);
   FD_RETURN_IF_ERROR(txn.Begin());
+  auto number = NextNumber(c, "SELECT COALESCE(MAX(number), 0) FROM fixes WHERE session_id = ?1", f.session_id(),
+                           "number fix");
+  if (!number.ok()) return number.status();
   Stmt s;
   FD_RETURN_IF_ERROR(
       c.Prepare(&s,
-                "INSERT INTO fixes (session_id, unix_ms, replace_host_ranks, settings, request) "
-                "VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO fixes (session_id, unix_ms, replace_host_ranks, settings, request, number) "
+                "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 "insert fix"));
   s.BindText(1, f.session_id());
   s.BindInt(2, unix_ms);
   s.BindText(3, RanksJson(f.replace_host_ranks()));
   s.BindText(4, settings_json);
   s.BindBlob(5, blob);
+  s.BindInt(6, *number);
   FD_RETURN_IF_ERROR(RunInsert(c, &s, "insert fix", f.session_id()));
-  int id = static_cast<int>(sqlite3_last_insert_rowid(db_));
   FD_RETURN_IF_ERROR(txn.Commit());
-  return id;
+  return *number;
 }
 
 StatusOr<std::vector<v1::ApplyFixRequest>> Store::LoadFixes(const std::string& session_id) {

@@ -19,22 +19,32 @@ namespace firedrill::controller {
 
 class Store {
  public:
-  // Creates the file and schema if missing.
+  // Creates the file (mode 0600: it holds every answer key) and the schema
+  // if missing; an existing file is made 0600 too.
   static StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
   ~Store();
 
   // Insert or replace the session row (columns mirrored from record.info).
   Status SaveSession(const v1::SessionRecord& record);
-  StatusOr<std::vector<v1::SessionRecord>> LoadSessions();
+  // Every readable session. A row whose record cannot be read is skipped
+  // and described in `problems` (file, session, what to do), so that one
+  // damaged row does not keep the controller from starting.
+  StatusOr<std::vector<v1::SessionRecord>> LoadSessions(std::vector<std::string>* problems = nullptr);
+  // True if a session row with this id exists.
+  StatusOr<bool> HasSession(const std::string& session_id);
 
   Status AppendEvent(const std::string& session_id, const v1::SessionEvent& event);
   // The last `limit` events of a session, oldest first.
   StatusOr<std::vector<v1::SessionEvent>> LoadEvents(const std::string& session_id, int limit);
 
-  StatusOr<int> AddDiagnosis(const v1::SubmitDiagnosisRequest& d, int64_t unix_ms);
-  // Latest diagnosis of a session, if any.
-  StatusOr<std::optional<v1::SubmitDiagnosisRequest>> LatestDiagnosis(const std::string& session_id);
+  // Stores a diagnosis with its findings; returns its per-session number
+  // (1 for the session's first).
+  StatusOr<int> AddDiagnosis(const std::string& session_id, const std::vector<v1::Finding>& findings,
+                             const std::string& note, int64_t unix_ms);
+  // Every diagnosis of a session, oldest first.
+  StatusOr<std::vector<v1::DiagnosisRecord>> LoadDiagnoses(const std::string& session_id);
 
+  // Returns the fix's per-session number.
   StatusOr<int> AddFix(const v1::ApplyFixRequest& f, int64_t unix_ms);
   StatusOr<std::vector<v1::ApplyFixRequest>> LoadFixes(const std::string& session_id);
 

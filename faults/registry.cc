@@ -83,44 +83,50 @@ std::vector<std::string> FaultKindNames() {
 
 namespace firedrill::faults {
 
-const std::vector<std::string>& KnownCauses() {
-  static const std::vector<std::string> causes = {
-      "straggler",          "slow-link",           "data-loader-starvation", "collective-hang",
-      "rank-crash",         "fp16-overflow",       "lr-divergence",          "silent-divergence",
-      "grad-accumulation-bug", "corrupt-checkpoint", "resume-without-state", "padding-waste",
-      "out-of-memory",      "collective-timeout",  "small-buckets",          "comm-misconfig",
+const std::vector<CauseInfo>& CauseTaxonomy() {
+  // Broader than the fault kinds implemented so far, so the list itself
+  // gives nothing away.
+  static const std::vector<CauseInfo> causes = {
+      {"straggler", "compute", "one host computes slower than its peers (thermal throttling, a bad part, a noisy neighbour)"},
+      {"slow-link", "communication", "one host's interconnect is degraded; the ring runs at its speed"},
+      {"data-loader-starvation", "input pipeline", "the training loop waits for batches: the loader cannot keep up with storage"},
+      {"collective-hang", "communication", "ranks wait in collectives that can never complete (a desync or a missing peer)"},
+      {"rank-crash", "process", "a rank's process died; its peers fail or hang in their next collective"},
+      {"fp16-overflow", "numerics", "fp16 values overflow: inf/NaN losses or gradients, skipped optimiser steps"},
+      {"lr-divergence", "numerics", "the learning rate is too high for the batch (scaling, missing warmup): the loss spikes or diverges"},
+      {"silent-divergence", "numerics", "ranks hold different parameters without any error"},
+      {"grad-accumulation-bug", "numerics", "gradient accumulation is wrong: unscaled gradients or an all-reduce on every micro-step"},
+      {"corrupt-checkpoint", "state", "a checkpoint shard is damaged, truncated or missing"},
+      {"resume-without-state", "state", "a resume restored the weights but not the optimiser, RNG or data state"},
+      {"padding-waste", "input pipeline", "most of each batch is padding: compute spent on tokens that are not data"},
+      {"out-of-memory", "memory", "the job needs more device memory than the device has"},
+      {"collective-timeout", "communication", "the collective timeout is wrong for the job (far too short or far too long)"},
+      {"small-buckets", "communication", "gradient buckets are far too small: many latency-bound all-reduces per step"},
+      {"comm-misconfig", "communication", "a node's communication settings are wrong (interface, address, transport)"},
+      {"no-fault", "none", "nothing is wrong with the job: the alert was noise, and the right fix changes nothing"},
   };
   return causes;
 }
 
+const std::vector<std::string>& KnownCauses() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& c : CauseTaxonomy()) out.push_back(c.cause);
+    return out;
+  }();
+  return names;
+}
+
 bool IsKnownCause(const std::string& cause) {
-  for (const auto& c : KnownCauses()) {
-    if (c == cause) return true;
+  for (const auto& c : CauseTaxonomy()) {
+    if (c.cause == cause) return true;
   }
   return false;
 }
 
 std::string CauseClass(const std::string& cause) {
-  static const std::vector<std::pair<std::string, std::string>> classes = {
-      {"straggler", "compute"},
-      {"data-loader-starvation", "input pipeline"},
-      {"padding-waste", "input pipeline"},
-      {"slow-link", "communication"},
-      {"small-buckets", "communication"},
-      {"comm-misconfig", "communication"},
-      {"collective-hang", "communication"},
-      {"collective-timeout", "communication"},
-      {"fp16-overflow", "numerics"},
-      {"lr-divergence", "numerics"},
-      {"silent-divergence", "numerics"},
-      {"grad-accumulation-bug", "numerics"},
-      {"corrupt-checkpoint", "state"},
-      {"resume-without-state", "state"},
-      {"out-of-memory", "memory"},
-      {"rank-crash", "process"},
-  };
-  for (const auto& [c, k] : classes)
-    if (c == cause) return k;
+  for (const auto& c : CauseTaxonomy())
+    if (c.cause == cause) return c.cause_class == "none" ? "" : c.cause_class;
   return "";
 }
 

@@ -41,12 +41,19 @@ std::vector<std::string> FaultKindNames();
 }  // namespace firedrill::faults
 
 namespace firedrill::faults {
-// The shared cause taxonomy a learner diagnoses from. Broader than the kinds
-// implemented so far, so the list itself gives nothing away.
+// The shared cause taxonomy a learner diagnoses from: one spelling each
+// (lower case, words joined by '-'), the symptom class ("compute", "input
+// pipeline", "communication", "numerics", "state", "memory", "process", or
+// "none" for no-fault) and a one-line meaning.
+struct CauseInfo {
+  std::string cause;
+  std::string cause_class;
+  std::string meaning;
+};
+const std::vector<CauseInfo>& CauseTaxonomy();
 const std::vector<std::string>& KnownCauses();
 bool IsKnownCause(const std::string& cause);
-// The symptom class a cause belongs to ("compute", "input pipeline",
-// "communication", "numerics", "state", "memory", "process"); "" if unknown.
-// Rubrics may give partial credit for a wrong cause of the right class.
+// The class of a cause; "" if unknown or no-fault. Rubrics may give partial
+// credit for a wrong cause of the right class.
 std::string CauseClass(const std::string& cause);
 }  // namespace firedrill::faults

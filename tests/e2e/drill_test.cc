@@ -129,11 +129,19 @@ TEST_F(DrillTest, WrongRankEarnsNoCulpritPointsAndItsFixFailsVerification) {
   EXPECT_EQ(Item(*score, "fix")->points(), 0);
 }
 
-TEST_F(DrillTest, NoFixFailsVerification) {
+TEST_F(DrillTest, AnEmptyFixIsRefusedAndNoChangeFailsVerification) {
   auto [id, culprit] = StartAndFindStraggler(303);
   ASSERT_GE(culprit, 0);
-  v1::ApplyFixRequest fix;  // restart as it is
+  v1::ApplyFixRequest fix;  // "restart it as it is", without saying so
   fix.set_session_id(id);
+  auto refused = c().ApplyFix(fix);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("--no-change"), std::string::npos) << refused.status().message();
+  auto st = c().GetStatus(id);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->session().state(), "running") << "a refused fix must not use up the session's fix";
+  fix.set_no_change(true);  // said explicitly: nothing needs changing
   auto score = FixAndScore(c(), fix);
   ASSERT_TRUE(score.ok()) << score.status().message();
   EXPECT_TRUE(score->final());
@@ -173,7 +181,7 @@ TEST_F(DrillTest, KilledAgentIsReportedAndNothingHangs) {
 
   auto ended = c().EndSession(id, std::chrono::seconds(60));
   ASSERT_TRUE(ended.ok()) << ended.status().message();
-  EXPECT_EQ(ended->state(), "aborted");
+  EXPECT_EQ(ended->state(), "ended") << "a deliberate end is not a crash";
   EXPECT_TRUE(AllDead(pids, 10));
 }
 

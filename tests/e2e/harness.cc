@@ -110,8 +110,11 @@ StatusOr<v1::ScoreReport> FixAndScore(cli::DrillClient& c, const v1::ApplyFixReq
   if (!f.ok()) return f.status();
   auto st = WaitUntil(
       c, fix.session_id(),
-      [](const v1::SessionStatus& s) { return s.session().state() == "scored" || s.session().state() == "aborted"; },
-      180);
+      [](const v1::SessionStatus& s) {
+        const std::string& state = s.session().state();
+        return state == "scored" || state == "ended" || state == "aborted";
+      },
+      300);
   if (!st.ok()) return st.status();
   return c.GetScore(fix.session_id());
 }

@@ -50,6 +50,36 @@ TEST(FlightRecorderAnalysis, DifferentCollectivesAtOneSequenceNumberIsADesyncNam
   }
 }
 
+TEST(FlightRecorderAnalysis, ARunningJobsRanksAFewCollectivesApartAreInFlightNotADesync) {
+  // As `fr` saw a healthy throughput-halved job: ranks 1-3 have just
+  // entered all-reduce #1222 while rank 0 finished #1220 a moment ago.
+  v1::FlightRecorderResponse fr;
+  for (int r = 0; r < 4; ++r) {
+    auto* x = fr.add_ranks();
+    x->set_rank(r);
+    x->set_answered(true);
+    x->set_unix_ns(5'000'000'000);
+    auto* e = x->add_entries();
+    e->set_op("allreduce");
+    e->set_bytes(1 << 20);
+    e->set_seq(r == 0 ? 1220 : 1222);
+    e->set_state(r == 0 ? "completed" : "started");
+    e->set_start_unix_ns(4'990'000'000);
+    if (r == 0) e->set_end_unix_ns(4'998'000'000);
+  }
+  FrAnalysis a = AnalyzeFlightRecords(fr);
+  EXPECT_FALSE(a.desync) << a.summary;
+  EXPECT_FALSE(a.stuck) << a.summary;
+  EXPECT_TRUE(a.odd_ranks.empty());
+  EXPECT_NE(a.summary.find("in flight"), std::string::npos) << a.summary;
+  EXPECT_EQ(a.summary.find("desync:"), std::string::npos) << a.summary;
+  // The same picture after the ranks have stayed there for 6 s is one.
+  for (auto& x : *fr.mutable_ranks()) x.set_unix_ns(x.unix_ns() + 6'000'000'000);
+  a = AnalyzeFlightRecords(fr);
+  EXPECT_TRUE(a.desync) << a.summary;
+  EXPECT_EQ(a.odd_ranks, std::vector<int>{0});
+}
+
 TEST(FlightRecorderAnalysis, AgreeingRanksAreNotADesync) {
   auto fr = Desync(1);
   fr.mutable_ranks(1)->mutable_entries(1)->set_op("barrier");

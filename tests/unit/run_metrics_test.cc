@@ -244,13 +244,6 @@ TEST(MeasureWindowTest, WindowRunningPastTheLastStepCountsWhatExists) {
 
 // --- Verify -------------------------------------------------------------------
 
-v1::RunSummary Baseline(double tput) {
-  v1::RunSummary b;
-  b.set_kind("baseline");
-  b.set_throughput_samples_per_s(tput);
-  return b;
-}
-
 v1::VerifySpec Spec() {
   v1::VerifySpec s;
   s.set_warmup_steps(2);
@@ -264,9 +257,17 @@ WindowStats Window(int64_t steps, double tput, double skew) {
   WindowStats w;
   w.steps = steps;
   w.throughput_samples_per_s = tput;
+  w.tokens_per_s = tput * 100;
   w.median_step_ms = 100;
   w.rank_step_skew = skew;
   return w;
+}
+
+// `n` pairs: a healthy window at `healthy` and a fixed one at `fixed`.
+std::vector<MeasuredPair> Pairs(int n, double healthy, const WindowStats& fixed) {
+  std::vector<MeasuredPair> out;
+  for (int i = 0; i < n; ++i) out.push_back({Window(5, healthy, 1.0), fixed});
+  return out;
 }
 
 // The detail string has three '; '-separated parts: throughput, skew, steps.
@@ -281,7 +282,7 @@ std::vector<std::string> Parts(const std::string& detail) {
 bool HasFail(const std::string& s) { return s.find("FAIL") != std::string::npos; }
 
 TEST(VerifyTest, PassesWhenEveryThresholdHolds) {
-  const v1::Verification v = Verify(Baseline(1000), Window(5, 950, 1.1), Spec());
+  const v1::Verification v = Verify(Pairs(3, 1000, Window(5, 950, 1.1)), Spec());
   EXPECT_TRUE(v.done());
   EXPECT_TRUE(v.passed());
   EXPECT_DOUBLE_EQ(v.throughput_ratio(), 0.95);
@@ -290,18 +291,49 @@ TEST(VerifyTest, PassesWhenEveryThresholdHolds) {
   EXPECT_DOUBLE_EQ(v.throughput_ratio_min(), 0.9);
   EXPECT_DOUBLE_EQ(v.rank_step_skew(), 1.1);
   EXPECT_DOUBLE_EQ(v.rank_step_skew_max(), 1.3);
+  EXPECT_EQ(v.pairs_size(), 3);
+  EXPECT_EQ(v.unit(), "samples");
   EXPECT_FALSE(HasFail(v.detail())) << v.detail();
-  EXPECT_NE(v.detail().find("0.95x baseline 1000"), std::string::npos) << v.detail();
+  EXPECT_NE(v.detail().find("0.95x the healthy job's 1000"), std::string::npos) << v.detail();
   EXPECT_NE(v.detail().find("5/5 steps"), std::string::npos) << v.detail();
 }
 
 TEST(VerifyTest, ExactlyAtTheThresholdsPasses) {
-  const v1::Verification v = Verify(Baseline(1000), Window(5, 900, 1.3), Spec());
+  const v1::Verification v = Verify(Pairs(3, 1000, Window(5, 900, 1.3)), Spec());
   EXPECT_TRUE(v.passed()) << v.detail();
 }
 
+TEST(VerifyTest, TheMedianPairDecidesSoOneDisturbedPairDoesNot) {
+  // A healthy window that the machine slowed (pair 1) and a fixed one it
+  // slowed (pair 2): the median ratio is the undisturbed pair's.
+  std::vector<MeasuredPair> p = {{Window(5, 600, 1.0), Window(5, 980, 1.1)},
+                                 {Window(5, 1000, 1.0), Window(5, 500, 1.1)},
+                                 {Window(5, 1000, 1.0), Window(5, 970, 1.1)}};
+  const v1::Verification v = Verify(p, Spec());
+  EXPECT_TRUE(v.passed()) << v.detail();
+  EXPECT_DOUBLE_EQ(v.throughput_ratio(), 0.97);
+  EXPECT_NE(v.detail().find("1.63, 0.50, 0.97"), std::string::npos) << v.detail();
+  // An unfixed job is slow in every pair, whatever the machine does.
+  p = {{Window(5, 600, 1.0), Window(5, 300, 1.1)},
+       {Window(5, 1000, 1.0), Window(5, 450, 1.1)},
+       {Window(5, 900, 1.0), Window(5, 420, 1.1)}};
+  EXPECT_FALSE(Verify(p, Spec()).passed());
+}
+
+TEST(VerifyTest, TokensAreCountedWhereTheSpecSaysSo) {
+  v1::VerifySpec spec = Spec();
+  spec.set_throughput_unit("tokens");
+  WindowStats fixed = Window(5, 1000, 1.0);
+  fixed.tokens_per_s = 50000;  // same samples, half the real tokens (more padding)
+  const v1::Verification v = Verify(Pairs(3, 1000, fixed), spec);
+  EXPECT_EQ(v.unit(), "tokens");
+  EXPECT_DOUBLE_EQ(v.throughput_ratio(), 0.5);
+  EXPECT_FALSE(v.passed());
+  EXPECT_NE(v.detail().find("tokens/s"), std::string::npos) << v.detail();
+}
+
 TEST(VerifyTest, LowThroughputFailsAndSaysWhere) {
-  const v1::Verification v = Verify(Baseline(1000), Window(5, 800, 1.1), Spec());
+  const v1::Verification v = Verify(Pairs(3, 1000, Window(5, 800, 1.1)), Spec());
   EXPECT_TRUE(v.done());
   EXPECT_FALSE(v.passed());
   const auto p = Parts(v.detail());
@@ -314,7 +346,7 @@ TEST(VerifyTest, LowThroughputFailsAndSaysWhere) {
 }
 
 TEST(VerifyTest, HighSkewFailsAndSaysWhere) {
-  const v1::Verification v = Verify(Baseline(1000), Window(5, 1000, 1.5), Spec());
+  const v1::Verification v = Verify(Pairs(3, 1000, Window(5, 1000, 1.5)), Spec());
   EXPECT_FALSE(v.passed());
   const auto p = Parts(v.detail());
   ASSERT_EQ(p.size(), 3u) << v.detail();
@@ -326,7 +358,7 @@ TEST(VerifyTest, HighSkewFailsAndSaysWhere) {
 }
 
 TEST(VerifyTest, TooFewStepsFailsAndSaysWhere) {
-  const v1::Verification v = Verify(Baseline(1000), Window(4, 1000, 1.0), Spec());
+  const v1::Verification v = Verify(Pairs(3, 1000, Window(4, 1000, 1.0)), Spec());
   EXPECT_FALSE(v.passed());
   const auto p = Parts(v.detail());
   ASSERT_EQ(p.size(), 3u) << v.detail();
@@ -336,20 +368,22 @@ TEST(VerifyTest, TooFewStepsFailsAndSaysWhere) {
   EXPECT_NE(p[2].find("4/5 steps"), std::string::npos) << v.detail();
 }
 
-TEST(VerifyTest, NoSkewDataOrNoBaselineFails) {
+TEST(VerifyTest, NoSkewDataNoHealthyThroughputOrNoPairsFails) {
   // A skew of 0 means nothing was measured, not a perfectly balanced job.
-  v1::Verification v = Verify(Baseline(1000), Window(5, 1000, 0), Spec());
+  v1::Verification v = Verify(Pairs(3, 1000, Window(5, 1000, 0)), Spec());
   EXPECT_FALSE(v.passed());
   EXPECT_TRUE(HasFail(Parts(v.detail())[1])) << v.detail();
 
-  v = Verify(Baseline(0), Window(5, 1000, 1.0), Spec());
+  v = Verify(Pairs(3, 0, Window(5, 1000, 1.0)), Spec());
   EXPECT_FALSE(v.passed());
   EXPECT_DOUBLE_EQ(v.throughput_ratio(), 0);
   EXPECT_TRUE(HasFail(Parts(v.detail())[0])) << v.detail();
+
+  EXPECT_FALSE(Verify({}, Spec()).passed());
 }
 
 TEST(VerifyTest, EveryFailureAtOnce) {
-  const v1::Verification v = Verify(Baseline(1000), Window(1, 100, 3.0), Spec());
+  const v1::Verification v = Verify(Pairs(3, 1000, Window(1, 100, 3.0)), Spec());
   EXPECT_FALSE(v.passed());
   for (const auto& part : Parts(v.detail())) EXPECT_TRUE(HasFail(part)) << v.detail();
 }

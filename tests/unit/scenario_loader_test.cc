@@ -182,9 +182,21 @@ TEST(ScenarioLoader, RankReferences) {
 
 TEST(ScenarioLoader, SetRemediationIsCheckedLikeAFix) {
   EXPECT_TRUE(ParseScenario(With("[{replace_host: $faults.0.target.rank}]",
-                                 "[{set: {key: data.batch_size, value: '16'}}]"),
+                                 "[{set: {key: data.num_workers, value: '4'}}]"),
                             "t.yaml")
                   .ok());
+  // A workload key only where may_change opens it.
+  EXPECT_NE(ErrorOf(With("[{replace_host: $faults.0.target.rank}]", "[{set: {key: data.batch_size, value: '16'}}]"))
+                .find("remediations[0].actions[0].set.key: 'data.batch_size' is a workload setting: list it"),
+            std::string::npos);
+  EXPECT_TRUE(ParseScenario(With("[{replace_host: $faults.0.target.rank}]",
+                                 "[{set: {key: data.batch_size, value: '16'}}]\nmay_change: [data]"),
+                            "t.yaml")
+                  .ok());
+  EXPECT_NE(ErrorOf(With("[{replace_host: $faults.0.target.rank}]",
+                         "[{set: {key: data.sample_latency_ms, value: '0'}}]"))
+                .find("describes the machine"),
+            std::string::npos);
   const std::string err =
       ErrorOf(With("[{replace_host: $faults.0.target.rank}]", "[{set: {key: data.size, value: '16'}}]"));
   EXPECT_EQ(err.rfind("t.yaml:21:21: remediations[0].actions[0].set: unknown setting 'data.size'; known settings: "

@@ -217,9 +217,10 @@ TEST_F(ValidateTest, CommandLineExitCodesAndJson) {
   EXPECT_EQ(code, 1);
   EXPECT_NE(out.str().find(good + ": ok (throughput-halved: Throughput halved overnight)\n"), std::string::npos)
       << out.str();
-  EXPECT_NE(out.str().find(bad + ":" + std::to_string(LineOf("world_size: 4")) + ":"), std::string::npos)
-      << out.str();
-  EXPECT_EQ(err.str(), "");
+  // Errors go to stderr, valid files to stdout.
+  EXPECT_NE(err.str().find(bad + ":" + std::to_string(LineOf("world_size: 4")) + ":"), std::string::npos)
+      << err.str();
+  EXPECT_EQ(out.str().find(bad), std::string::npos) << out.str();
 
   std::ostringstream jout, jerr;
   code =

@@ -34,15 +34,24 @@ v1::Scenario MakeScenario() {
   return s;
 }
 
+v1::Finding F(const std::string& cause, std::initializer_list<int> ranks) {
+  v1::Finding f;
+  f.set_cause(cause);
+  for (int r : ranks) f.add_culprit_ranks(r);
+  return f;
+}
+
 v1::SessionRecord MakeRecord() {
   v1::SessionRecord r;
   r.mutable_info()->set_session_id("s-1");
+  r.mutable_info()->set_scenario_id("throughput-halved");
+  r.mutable_info()->set_state("scored");
+  r.mutable_info()->set_max_score(110);
   v1::ResolvedFault* f = r.add_faults();
   f->set_kind("straggler");
   f->set_rank(2);
   f->set_host("host-2");
-  r.set_answer_cause("straggler");
-  r.add_answer_culprit_ranks(2);
+  *r.add_answer_findings() = F("straggler", {2});
   return r;
 }
 
@@ -52,11 +61,10 @@ void SetVerification(v1::SessionRecord* r, bool done, bool passed, const std::st
   r->mutable_verification()->set_detail(detail);
 }
 
-v1::SubmitDiagnosisRequest Diagnosis(const std::string& cause, std::initializer_list<int> ranks) {
-  v1::SubmitDiagnosisRequest d;
-  d.set_session_id("s-1");
-  d.set_cause(cause);
-  for (int r : ranks) d.add_culprit_ranks(r);
+v1::DiagnosisRecord Diagnosis(int number, std::initializer_list<v1::Finding> findings) {
+  v1::DiagnosisRecord d;
+  d.set_number(number);
+  for (const auto& f : findings) *d.add_findings() = f;
   return d;
 }
 
@@ -75,10 +83,17 @@ class ScorerTest : public ::testing::Test {
     SetVerification(&record, true, true, "throughput ok; skew ok");
     in.scenario = &scenario;
     in.record = &record;
-    in.diagnosis = Diagnosis("straggler", {2});
-    in.fix_applied = true;
-    in.fix_matches_remediation = true;
+    Diagnose({F("straggler", {2})});
+    record.set_fix_applied(true);
+    record.mutable_fix()->add_replace_host_ranks(2);
+    record.set_fix_matches(true);
     in.elapsed_s = 0;
+  }
+  // One diagnosis, in force at the fix.
+  void Diagnose(std::initializer_list<v1::Finding> findings) {
+    in.diagnoses = {Diagnosis(1, findings)};
+    record.set_diagnosis_at_fix(1);
+    record.set_diagnoses_at_fix(1);
   }
   v1::Scenario scenario;
   v1::SessionRecord record;
@@ -94,19 +109,22 @@ TEST_F(ScorerTest, RightCauseCulpritVerifiedFixFastIsFullMarks) {
   EXPECT_EQ(ItemNamed(r, "fix").points(), 30);
   EXPECT_EQ(ItemNamed(r, "time").points(), 20);
   EXPECT_EQ(ItemNamed(r, "hints").points(), 0);
+  EXPECT_EQ(ItemNamed(r, "revisions").points(), 0);
+  EXPECT_EQ(ItemNamed(r, "collateral").points(), 0);
   EXPECT_EQ(r.total(), 110);
   EXPECT_EQ(r.max_total(), 110);
-  EXPECT_EQ(r.total(), r.max_total());
+  EXPECT_FALSE(r.needs_review());
   for (const auto& it : r.items()) {
     EXPECT_FALSE(it.reason().empty()) << it.name();
     EXPECT_LE(it.points(), it.max_points()) << it.name();
   }
   EXPECT_NE(ItemNamed(r, "fix").reason().find("throughput ok"), std::string::npos);
-  EXPECT_EQ(ItemNamed(r, "fix").reason().find("not one of the expected"), std::string::npos);
+  ASSERT_EQ(r.diagnoses_size(), 1);
+  EXPECT_TRUE(r.fix_applied());
 }
 
 TEST_F(ScorerTest, WrongRankGetsNoCulpritPointsAndNamesTheRanks) {
-  in.diagnosis = Diagnosis("straggler", {1, 3});
+  Diagnose({F("straggler", {1, 3})});
   const v1::ScoreReport r = Score(in);
   EXPECT_EQ(ItemNamed(r, "cause").points(), 40);
   const v1::ScoreItem& c = ItemNamed(r, "culprit");
@@ -114,49 +132,52 @@ TEST_F(ScorerTest, WrongRankGetsNoCulpritPointsAndNamesTheRanks) {
   EXPECT_EQ(c.max_points(), 20);
   EXPECT_NE(c.reason().find("1,3"), std::string::npos) << c.reason();
   EXPECT_NE(c.reason().find("wrong"), std::string::npos) << c.reason();
-  EXPECT_EQ(r.total(), 90);
 }
 
 TEST_F(ScorerTest, ExtraOrMissingRanksAreWrongToo) {
-  in.diagnosis = Diagnosis("straggler", {2, 3});
+  Diagnose({F("straggler", {2, 3})});
   EXPECT_EQ(ItemNamed(Score(in), "culprit").points(), 0);
-  in.diagnosis = Diagnosis("straggler", {});
+  Diagnose({F("straggler", {})});
   const v1::ScoreItem c = ItemNamed(Score(in), "culprit");
   EXPECT_EQ(c.points(), 0);
   EXPECT_NE(c.reason().find("none"), std::string::npos) << c.reason();
-  // Order and repetition do not matter.
-  in.diagnosis = Diagnosis("straggler", {2, 2});
-  EXPECT_EQ(ItemNamed(Score(in), "culprit").points(), 20);
 }
 
-TEST_F(ScorerTest, WrongCauseGetsNoCausePoints) {
-  in.diagnosis = Diagnosis("slow_link", {2});
+TEST_F(ScorerTest, WrongCauseGetsNoCausePointsButTheRankStillCounts) {
+  Diagnose({F("slow-link", {2})});
   const v1::ScoreReport r = Score(in);
   const v1::ScoreItem& c = ItemNamed(r, "cause");
   EXPECT_EQ(c.points(), 0);
-  EXPECT_NE(c.reason().find("slow_link"), std::string::npos) << c.reason();
+  EXPECT_NE(c.reason().find("slow-link"), std::string::npos) << c.reason();
   EXPECT_EQ(ItemNamed(r, "culprit").points(), 20);
 }
 
 TEST_F(ScorerTest, WrongCauseOfTheRightClassEarnsThePartialPoints) {
   scenario.mutable_rubric()->set_cause_class(15);
-  record.set_answer_cause("data-loader-starvation");
-  in.diagnosis = Diagnosis("padding-waste", {});  // also an input-pipeline cause
+  record.clear_answer_findings();
+  *record.add_answer_findings() = F("data-loader-starvation", {});
+  Diagnose({F("padding-waste", {})});  // also an input-pipeline cause
   const v1::ScoreReport r = Score(in);
   const v1::ScoreItem& c = ItemNamed(r, "cause");
   EXPECT_EQ(c.points(), 15);
   EXPECT_NE(c.reason().find("input pipeline"), std::string::npos) << c.reason();
+  // A job-wide answer: naming no rank with a finding of its class is right.
+  EXPECT_EQ(ItemNamed(r, "culprit").points(), 20);
 
-  in.diagnosis = Diagnosis("small-buckets", {});  // communication: another class
+  Diagnose({F("small-buckets", {})});  // communication: another class
   EXPECT_EQ(ItemNamed(Score(in), "cause").points(), 0);
+  // ...and naming no rank for the wrong kind of problem earns nothing.
+  EXPECT_EQ(ItemNamed(Score(in), "culprit").points(), 0);
 
   scenario.mutable_rubric()->set_cause_class(0);  // rubric without partial credit
-  in.diagnosis = Diagnosis("padding-waste", {});
+  Diagnose({F("padding-waste", {})});
   EXPECT_EQ(ItemNamed(Score(in), "cause").points(), 0);
 }
 
 TEST_F(ScorerTest, NoDiagnosis) {
-  in.diagnosis.reset();
+  in.diagnoses.clear();
+  record.set_diagnosis_at_fix(0);
+  record.set_diagnoses_at_fix(0);
   const v1::ScoreReport r = Score(in);
   for (const char* name : {"cause", "culprit"}) {
     const v1::ScoreItem& it = ItemNamed(r, name);
@@ -166,32 +187,128 @@ TEST_F(ScorerTest, NoDiagnosis) {
   EXPECT_EQ(r.total(), 30 + 20);  // the verified fix still counts
 }
 
+TEST_F(ScorerTest, TheDiagnosisInForceAtTheFixCountsAndRevisionsCost) {
+  // Wrong, then right, then (after the fix, impossible through the API, but
+  // the scorer must not care) wrong again.
+  in.diagnoses = {Diagnosis(1, {F("slow-link", {1})}), Diagnosis(2, {F("padding-waste", {})}),
+                  Diagnosis(3, {F("straggler", {2})}), Diagnosis(4, {F("no-fault", {})})};
+  record.set_diagnosis_at_fix(3);
+  record.set_diagnoses_at_fix(3);
+  const v1::ScoreReport r = Score(in);
+  EXPECT_EQ(ItemNamed(r, "cause").points(), 40);
+  EXPECT_EQ(ItemNamed(r, "culprit").points(), 20);
+  const v1::ScoreItem& rev = ItemNamed(r, "revisions");
+  EXPECT_EQ(rev.points(), -10);  // two revisions after the first, 5 each
+  EXPECT_NE(rev.reason().find("2 revision(s)"), std::string::npos) << rev.reason();
+  EXPECT_EQ(r.diagnoses_size(), 4);  // all kept and shown
+  scenario.mutable_rubric()->set_revision_cost(7);
+  EXPECT_EQ(ItemNamed(Score(in), "revisions").points(), -14);
+  scenario.mutable_rubric()->set_revision_cost(0);  // set to zero: free
+  EXPECT_EQ(ItemNamed(Score(in), "revisions").points(), 0);
+}
+
+TEST_F(ScorerTest, EndedWithoutAFixTheLatestDiagnosisCounts) {
+  record.set_fix_applied(false);
+  record.clear_fix();
+  record.set_diagnosis_at_fix(0);
+  record.set_diagnoses_at_fix(0);
+  in.diagnoses = {Diagnosis(1, {F("slow-link", {})}), Diagnosis(2, {F("straggler", {2})})};
+  const v1::ScoreReport r = Score(in);
+  EXPECT_EQ(ItemNamed(r, "cause").points(), 40);
+  EXPECT_EQ(ItemNamed(r, "fix").points(), 0);
+  EXPECT_EQ(ItemNamed(r, "revisions").points(), -5);
+}
+
 TEST_F(ScorerTest, FailedVerificationEarnsNoFixAndNoTimePoints) {
-  SetVerification(&record, true, false, "throughput 500 samples/s = 0.50x baseline FAIL");
+  SetVerification(&record, true, false, "throughput 500 samples/s = 0.50x FAIL");
   const v1::ScoreReport r = Score(in);
   const v1::ScoreItem& fix = ItemNamed(r, "fix");
   EXPECT_EQ(fix.points(), 0);
   EXPECT_EQ(fix.max_points(), 30);
   EXPECT_NE(fix.reason().find("verification failed"), std::string::npos) << fix.reason();
-  EXPECT_NE(fix.reason().find("0.50x baseline FAIL"), std::string::npos) << fix.reason();
+  EXPECT_NE(fix.reason().find("0.50x FAIL"), std::string::npos) << fix.reason();
   EXPECT_EQ(ItemNamed(r, "time").points(), 0);
   EXPECT_EQ(r.total(), 60);
-  EXPECT_TRUE(r.final());  // verification is done, even though it failed
+  EXPECT_TRUE(r.final());
 }
 
 TEST_F(ScorerTest, NoFixAppliedEarnsNothingForFixOrTime) {
-  in.fix_applied = false;
+  record.set_fix_applied(false);
   const v1::ScoreReport r = Score(in);
   EXPECT_EQ(ItemNamed(r, "fix").points(), 0);
   EXPECT_NE(ItemNamed(r, "fix").reason().find("no fix"), std::string::npos);
   EXPECT_EQ(ItemNamed(r, "time").points(), 0);
 }
 
-TEST_F(ScorerTest, VerifiedFixOutsideTheRemediationsStillCountsButSaysSo) {
-  in.fix_matches_remediation = false;
-  const v1::ScoreItem fix = ItemNamed(Score(in), "fix");
-  EXPECT_EQ(fix.points(), 30);
-  EXPECT_NE(fix.reason().find("not one of the expected remediations"), std::string::npos) << fix.reason();
+TEST_F(ScorerTest, AVerifiedFixOutsideTheRemediationsEarnsHalfAndIsFlaggedForReview) {
+  record.set_fix_matches(false);
+  const v1::ScoreReport r = Score(in);
+  const v1::ScoreItem fix = ItemNamed(r, "fix");
+  EXPECT_EQ(fix.points(), 15);
+  EXPECT_NE(fix.reason().find("not an accepted remediation"), std::string::npos) << fix.reason();
+  EXPECT_TRUE(r.needs_review());
+  EXPECT_NE(r.note().find("an instructor should look"), std::string::npos) << r.note();
+  EXPECT_EQ(ItemNamed(r, "time").points(), 0);
+}
+
+TEST_F(ScorerTest, ReplacingHostsThatAreNotCulpritsIsCollateral) {
+  // The shotgun: every host replaced, no diagnosis. The fix is verified
+  // (the straggler's host went too) but matches no remediation.
+  in.diagnoses.clear();
+  record.set_diagnosis_at_fix(0);
+  record.set_diagnoses_at_fix(0);
+  record.mutable_fix()->clear_replace_host_ranks();
+  for (int r : {0, 1, 2, 3}) record.mutable_fix()->add_replace_host_ranks(r);
+  record.set_fix_matches(MatchesRemediation(scenario, record, record.fix()));
+  EXPECT_FALSE(record.fix_matches());
+  const v1::ScoreReport r = Score(in);
+  const v1::ScoreItem& c = ItemNamed(r, "collateral");
+  EXPECT_EQ(c.points(), -30);
+  ASSERT_EQ(r.collateral_size(), 3);
+  EXPECT_NE(r.collateral(0).find("rank 0"), std::string::npos) << r.collateral(0);
+  EXPECT_EQ(r.total(), 0);  // 15 for the fix, -30 collateral: nothing
+  scenario.mutable_rubric()->set_collateral_cost(4);
+  EXPECT_EQ(ItemNamed(Score(in), "collateral").points(), -12);
+}
+
+TEST_F(ScorerTest, TwoFindingsShareThePointsAndAnExtraOneCosts) {
+  record.clear_answer_findings();
+  *record.add_answer_findings() = F("straggler", {2});
+  *record.add_answer_findings() = F("padding-waste", {});
+  Diagnose({F("padding-waste", {}), F("straggler", {2})});  // order does not matter
+  v1::ScoreReport r = Score(in);
+  EXPECT_EQ(ItemNamed(r, "cause").points(), 40);
+  EXPECT_EQ(ItemNamed(r, "culprit").points(), 20);
+  ASSERT_EQ(r.answer_findings_size(), 2);
+
+  Diagnose({F("straggler", {2})});  // half the answer
+  r = Score(in);
+  EXPECT_EQ(ItemNamed(r, "cause").points(), 20);
+  EXPECT_EQ(ItemNamed(r, "culprit").points(), 10);
+  EXPECT_NE(ItemNamed(r, "cause").reason().find("'padding-waste' was not named"), std::string::npos);
+
+  // Naming every cause does not pay: each one that is not a cause here
+  // takes back a finding's share.
+  Diagnose({F("straggler", {2}), F("padding-waste", {}), F("slow-link", {}), F("small-buckets", {})});
+  r = Score(in);
+  EXPECT_EQ(ItemNamed(r, "cause").points(), 0);
+  EXPECT_NE(ItemNamed(r, "cause").reason().find("not a cause here"), std::string::npos);
+}
+
+TEST_F(ScorerTest, NoFaultIsRightOnlyAlone) {
+  record.clear_answer_findings();
+  *record.add_answer_findings() = F("no-fault", {});
+  record.clear_faults();
+  Diagnose({F("no-fault", {})});
+  v1::ScoreReport r = Score(in);
+  EXPECT_EQ(ItemNamed(r, "cause").points(), 40);
+  EXPECT_EQ(ItemNamed(r, "culprit").points(), 20);
+  Diagnose({F("straggler", {})});  // seeing a fault that is not there
+  r = Score(in);
+  EXPECT_EQ(ItemNamed(r, "cause").points(), 0);
+  EXPECT_EQ(ItemNamed(r, "culprit").points(), 0);
+  Diagnose({F("straggler", {1})});
+  EXPECT_EQ(ItemNamed(Score(in), "culprit").points(), 0);
 }
 
 TEST_F(ScorerTest, TimePointsScaleLinearlyAndAreZeroPastTheBudget) {
@@ -220,31 +337,36 @@ TEST_F(ScorerTest, HintsSubtractTheirCost) {
 }
 
 TEST_F(ScorerTest, TotalNeverGoesBelowZero) {
-  in.diagnosis.reset();
-  in.fix_applied = false;
+  in.diagnoses.clear();
+  record.set_fix_applied(false);
   record.set_hints_used(2);
   const v1::ScoreReport r = Score(in);
   EXPECT_EQ(ItemNamed(r, "hints").points(), -10);
   EXPECT_EQ(r.total(), 0);
 }
 
-TEST_F(ScorerTest, AnswerIsRevealedOnlyOnceFinal) {
-  SetVerification(&record, false, false, "");
-  v1::ScoreReport r = Score(in);
+TEST_F(ScorerTest, BeforeScoringOnlyWhatWasSubmittedIsShown) {
+  in.diagnoses = {Diagnosis(1, {F("slow-link", {1})})};  // wrong
+  record.mutable_info()->set_state("running");
+  const v1::ScoreReport r = Unscored(record, in.diagnoses);
   EXPECT_FALSE(r.final());
+  EXPECT_EQ(r.note(), "not scored yet");
+  EXPECT_EQ(r.items_size(), 0);
+  EXPECT_EQ(r.total(), 0);
+  EXPECT_FALSE(r.verification().done());
   EXPECT_TRUE(r.answer_cause().empty());
-  EXPECT_EQ(r.answer_culprit_ranks_size(), 0);
+  EXPECT_EQ(r.answer_findings_size(), 0);
   EXPECT_TRUE(r.runbook().empty());
-  EXPECT_EQ(ItemNamed(r, "fix").points(), 0);
-  EXPECT_NE(ItemNamed(r, "fix").reason().find("has not finished"), std::string::npos);
-  EXPECT_EQ(ItemNamed(r, "time").points(), 0);
-  // The cause item's reason must not leak the right answer when it is wrong.
-  in.diagnosis = Diagnosis("slow_link", {1});
-  r = Score(in);
-  for (const auto& it : r.items()) EXPECT_EQ(it.reason().find("straggler"), std::string::npos) << it.reason();
+  ASSERT_EQ(r.diagnoses_size(), 1);
+  EXPECT_EQ(r.diagnoses(0).findings(0).cause(), "slow-link");
+  // Nothing in it says "right", "wrong" or names the answer.
+  const std::string text = r.DebugString();
+  for (const char* tell : {"right", "wrong", "straggler", "is not"})
+    EXPECT_EQ(text.find(tell), std::string::npos) << tell << " in " << text;
+}
 
-  SetVerification(&record, true, true, "ok");
-  r = Score(in);
+TEST_F(ScorerTest, TheFinalScoreRevealsTheAnswer) {
+  const v1::ScoreReport r = Score(in);
   EXPECT_TRUE(r.final());
   EXPECT_EQ(r.answer_cause(), "straggler");
   ASSERT_EQ(r.answer_culprit_ranks_size(), 1);
@@ -271,7 +393,7 @@ TEST(MatchesRemediationTest, ReplaceHostResolvesTheFaultReference) {
   const v1::Scenario s = MakeScenario();
   const v1::SessionRecord rec = MakeRecord();  // faults[0] targets rank 2
   EXPECT_TRUE(MatchesRemediation(s, rec, Fix({2})));
-  EXPECT_TRUE(MatchesRemediation(s, rec, Fix({0, 2})));  // extra actions are allowed
+  EXPECT_FALSE(MatchesRemediation(s, rec, Fix({0, 2})));  // nothing beyond: no other host
   EXPECT_FALSE(MatchesRemediation(s, rec, Fix({1})));
   EXPECT_FALSE(MatchesRemediation(s, rec, Fix({})));
 
@@ -301,8 +423,32 @@ TEST(MatchesRemediationTest, SettingsMustAllMatchKeyAndValue) {
   EXPECT_TRUE(MatchesRemediation(s, rec, Fix({}, {{"data.num_workers", "4"}, {"comm.timeout_s", "120"}})));
   EXPECT_FALSE(MatchesRemediation(s, rec, Fix({}, {{"comm.timeout_s", "120"}})));  // half of it
   EXPECT_FALSE(MatchesRemediation(s, rec, Fix({}, {{"comm.timeout_s", "60"}, {"data.num_workers", "4"}})));
-  // Either remediation is accepted.
+  // Either remediation is accepted, but nothing beyond the one it matches.
+  EXPECT_FALSE(MatchesRemediation(s, rec, Fix({2}, {{"comm.timeout_s", "60"}})));
+  EXPECT_FALSE(MatchesRemediation(
+      s, rec, Fix({}, {{"comm.timeout_s", "120"}, {"data.num_workers", "4"}, {"comm.bucket_mb", "25"}})));
+}
+
+TEST(MatchesRemediationTest, MayAlsoSetAllowsNamedExtrasOnly) {
+  v1::Scenario s = MakeScenario();
+  s.mutable_remediations(0)->add_may_also_set("comm.timeout_s");
+  const v1::SessionRecord rec = MakeRecord();
   EXPECT_TRUE(MatchesRemediation(s, rec, Fix({2}, {{"comm.timeout_s", "60"}})));
+  EXPECT_FALSE(MatchesRemediation(s, rec, Fix({2}, {{"comm.timeout_s", "60"}, {"comm.bucket_mb", "50"}})));
+}
+
+TEST(MatchesRemediationTest, NoChangeMatchesOnlyAnExplicitNoChange) {
+  v1::Scenario s = MakeScenario();
+  s.clear_remediations();
+  s.add_remediations()->add_actions()->set_no_change(true);
+  const v1::SessionRecord rec = MakeRecord();
+  v1::ApplyFixRequest none = Fix({});
+  EXPECT_FALSE(MatchesRemediation(s, rec, none));
+  none.set_no_change(true);
+  EXPECT_TRUE(MatchesRemediation(s, rec, none));
+  EXPECT_FALSE(MatchesRemediation(s, rec, Fix({1})));
+  // And an explicit no-change matches no other remediation.
+  EXPECT_FALSE(MatchesRemediation(MakeScenario(), rec, none));
 }
 
 TEST(MatchesRemediationTest, EmptyRemediationMatchesNothing) {

@@ -133,7 +133,7 @@ TEST_F(StoreTest, OpenCreatesParentDirectoriesAndSchema) {
   EXPECT_TRUE(fs::exists(path_));
   RawDb raw(path_);
   EXPECT_EQ(raw.Query("PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(raw.Query("PRAGMA user_version"), "1");
+  EXPECT_EQ(raw.Query("PRAGMA user_version"), "2");
   for (const char* table : {"sessions", "events", "diagnoses", "fixes", "scores"}) {
     EXPECT_EQ(
         raw.Query(std::string("SELECT name FROM sqlite_master WHERE type='table' AND name='") + table + "'"),
@@ -240,44 +240,110 @@ TEST_F(StoreTest, RowsForAnUnknownSessionAreRejected) {
   EXPECT_NE(st.message().find("ghost"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find(path_), std::string::npos) << st.message();
 
-  v1::SubmitDiagnosisRequest d;
-  d.set_session_id("ghost");
-  EXPECT_EQ(store->AddDiagnosis(d, 1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store->AddDiagnosis("ghost", {}, "", 1).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(store->SaveScore(MakeScore("ghost", 1), 1).code(), StatusCode::kNotFound);
   EXPECT_EQ(store->SaveSession(v1::SessionRecord()).code(), StatusCode::kInvalidArgument);
 }
 
-TEST_F(StoreTest, LatestDiagnosisReturnsTheLatest) {
+v1::Finding MakeFinding(const std::string& cause, std::initializer_list<int> ranks) {
+  v1::Finding f;
+  f.set_cause(cause);
+  for (int r : ranks) f.add_culprit_ranks(r);
+  return f;
+}
+
+TEST_F(StoreTest, DiagnosesAreNumberedPerSessionAndKeepEveryFinding) {
   auto store = OpenStore();
   ASSERT_TRUE(store);
   ASSERT_TRUE(store->SaveSession(MakeSession("s-1")).ok());
-  auto none = store->LatestDiagnosis("s-1");
+  ASSERT_TRUE(store->SaveSession(MakeSession("s-2")).ok());
+  auto none = store->LoadDiagnoses("s-1");
   ASSERT_TRUE(none.ok());
-  EXPECT_FALSE(none->has_value());
+  EXPECT_TRUE(none->empty());
 
-  v1::SubmitDiagnosisRequest d1;
-  d1.set_session_id("s-1");
-  d1.set_cause("data_loader_starvation");
-  d1.set_note("data_ms is high everywhere");
-  auto id1 = store->AddDiagnosis(d1, 1000);
-  ASSERT_TRUE(id1.ok()) << id1.status().ToString();
+  auto n1 = store->AddDiagnosis("s-1", {MakeFinding("data-loader-starvation", {})}, "data_ms is high", 1000);
+  ASSERT_TRUE(n1.ok()) << n1.status().ToString();
+  EXPECT_EQ(*n1, 1);
+  // Another session's first is its own #1.
+  auto other = store->AddDiagnosis("s-2", {MakeFinding("straggler", {1})}, "", 950);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(*other, 1);
+  auto n2 = store->AddDiagnosis("s-1", {MakeFinding("straggler", {2}), MakeFinding("padding-waste", {})},
+                                "rank 2's busy time is 2.5x the median", 900);  // earlier clock, still #2
+  ASSERT_TRUE(n2.ok());
+  EXPECT_EQ(*n2, 2);
 
-  v1::SubmitDiagnosisRequest d2;
-  d2.set_session_id("s-1");
-  d2.set_cause("straggler");
-  d2.add_culprit_ranks(2);
-  d2.set_note("rank 2's busy time is 2.5x the median");
-  auto id2 = store->AddDiagnosis(d2, 900);  // earlier clock, still the latest
-  ASSERT_TRUE(id2.ok());
-  EXPECT_GT(*id2, *id1);
+  auto all = store->LoadDiagnoses("s-1");
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].number(), 1);
+  EXPECT_EQ((*all)[1].number(), 2);
+  ASSERT_EQ((*all)[1].findings_size(), 2);
+  EXPECT_TRUE(MessageDifferencer::Equals((*all)[1].findings(0), MakeFinding("straggler", {2})));
+  EXPECT_TRUE(MessageDifferencer::Equals((*all)[1].findings(1), MakeFinding("padding-waste", {})));
+  EXPECT_EQ((*all)[1].note(), "rank 2's busy time is 2.5x the median");
+  EXPECT_EQ((*all)[1].unix_ms(), 900);
+  // The first finding is mirrored into columns for people reading the table.
+  EXPECT_EQ(RawDb(path_).Query("SELECT culprit_ranks FROM diagnoses WHERE session_id='s-1' AND number=2"), "[2]");
+  EXPECT_EQ(RawDb(path_).Query("SELECT culprit_ranks FROM diagnoses WHERE session_id='s-1' AND number=1"), "[]");
+}
 
-  auto latest = store->LatestDiagnosis("s-1");
-  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
-  ASSERT_TRUE(latest->has_value());
-  EXPECT_TRUE(MessageDifferencer::Equals(**latest, d2));
-  EXPECT_EQ(RawDb(path_).Query("SELECT culprit_ranks FROM diagnoses WHERE id=" + std::to_string(*id2)),
-            "[2]");
-  EXPECT_EQ(RawDb(path_).Query("SELECT culprit_ranks FROM diagnoses WHERE id=" + std::to_string(*id1)), "[]");
+TEST_F(StoreTest, TheDatabaseIsReadableByItsOwnerOnly) {
+  // It holds every session's answer key.
+  ::umask(022);
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  ASSERT_TRUE(store->SaveSession(MakeSession("s-1")).ok());
+  for (const std::string& f : {path_, path_ + "-wal", path_ + "-shm"}) {
+    struct stat st {};
+    ASSERT_EQ(::stat(f.c_str(), &st), 0) << f;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << f;
+  }
+  // A database that an older build left world-readable is tightened on open.
+  store.reset();
+  ::chmod(path_.c_str(), 0644);
+  store = OpenStore();
+  ASSERT_TRUE(store);
+  struct stat st {};
+  ASSERT_EQ(::stat(path_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST_F(StoreTest, ASchemaOneDatabaseIsUpgradedWithItsDiagnoses) {
+  {
+    fs::create_directories(fs::path(path_).parent_path());
+    std::ofstream(path_).flush();  // an empty file is an empty database
+    RawDb raw(path_);
+    raw.Exec(R"sql(
+      CREATE TABLE sessions (id TEXT PRIMARY KEY, scenario_id TEXT NOT NULL, seed INTEGER, state TEXT NOT NULL,
+        created_unix_ms INTEGER, updated_unix_ms INTEGER, world_size INTEGER, total_score INTEGER,
+        record BLOB NOT NULL);
+      CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL REFERENCES sessions(id),
+        unix_ms INTEGER, kind TEXT, rank INTEGER, message TEXT);
+      CREATE TABLE diagnoses (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL REFERENCES sessions(id),
+        unix_ms INTEGER, cause TEXT, culprit_ranks TEXT, note TEXT);
+      CREATE TABLE fixes (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL REFERENCES sessions(id),
+        unix_ms INTEGER, replace_host_ranks TEXT, settings TEXT, request BLOB);
+      CREATE TABLE scores (session_id TEXT PRIMARY KEY REFERENCES sessions(id), unix_ms INTEGER, total INTEGER,
+        max_total INTEGER, report BLOB);
+      INSERT INTO sessions (id, scenario_id, state, record) VALUES ('old', 'x', 'scored', X'');
+      INSERT INTO diagnoses (session_id, unix_ms, cause, culprit_ranks, note) VALUES ('old', 5, 'straggler', '[3]', 'n');
+      INSERT INTO diagnoses (session_id, unix_ms, cause, culprit_ranks, note) VALUES ('old', 6, 'slow-link', '[]', '');
+      PRAGMA user_version = 1;
+    )sql");
+  }
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  auto all = store->LoadDiagnoses("old");
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].number(), 1);
+  EXPECT_TRUE(MessageDifferencer::Equals((*all)[0].findings(0), MakeFinding("straggler", {3})));
+  EXPECT_EQ((*all)[1].number(), 2);
+  auto next = store->AddDiagnosis("old", {MakeFinding("no-fault", {})}, "", 7);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(*next, 3);
+  EXPECT_EQ(RawDb(path_).Query("PRAGMA user_version"), "2");
 }
 
 TEST_F(StoreTest, FixesRoundTripInOrderWithJsonColumns) {
@@ -341,10 +407,6 @@ TEST_F(StoreTest, SaveScoreReplacesThePreviousScore) {
 
 TEST_F(StoreTest, EverythingSurvivesCloseAndReopen) {
   v1::SessionRecord rec = MakeSession("s-1");
-  v1::SubmitDiagnosisRequest d;
-  d.set_session_id("s-1");
-  d.set_cause("straggler");
-  d.add_culprit_ranks(2);
   v1::ApplyFixRequest f;
   f.set_session_id("s-1");
   f.add_replace_host_ranks(2);
@@ -354,7 +416,7 @@ TEST_F(StoreTest, EverythingSurvivesCloseAndReopen) {
     ASSERT_TRUE(store);
     ASSERT_TRUE(store->SaveSession(rec).ok());
     ASSERT_TRUE(store->AppendEvent("s-1", MakeEvent(5, "fault", 2, "rank 2 slowed")).ok());
-    ASSERT_TRUE(store->AddDiagnosis(d, 6).ok());
+    ASSERT_TRUE(store->AddDiagnosis("s-1", {MakeFinding("straggler", {2})}, "", 6).ok());
     ASSERT_TRUE(store->AddFix(f, 7).ok());
     ASSERT_TRUE(store->SaveScore(score, 8).ok());
   }  // destroyed: closed
@@ -369,9 +431,9 @@ TEST_F(StoreTest, EverythingSurvivesCloseAndReopen) {
   ASSERT_TRUE(events.ok());
   ASSERT_EQ(events->size(), 1u);
   EXPECT_EQ((*events)[0].message(), "rank 2 slowed");
-  auto diag = store->LatestDiagnosis("s-1");
-  ASSERT_TRUE(diag.ok() && diag->has_value());
-  EXPECT_TRUE(MessageDifferencer::Equals(**diag, d));
+  auto diag = store->LoadDiagnoses("s-1");
+  ASSERT_TRUE(diag.ok() && diag->size() == 1u);
+  EXPECT_TRUE(MessageDifferencer::Equals((*diag)[0].findings(0), MakeFinding("straggler", {2})));
   auto fixes = store->LoadFixes("s-1");
   ASSERT_TRUE(fixes.ok());
   ASSERT_EQ(fixes->size(), 1u);
@@ -436,7 +498,7 @@ INSTANTIATE_TEST_SUITE_P(ChildDies, StoreCrashTest, ::testing::Values(true, fals
                            return p.param ? std::string("SigKill") : std::string("UnderscoreExit");
                          });
 
-TEST_F(StoreTest, GarbageRecordBlobIsDataLossNamingTheSession) {
+TEST_F(StoreTest, GarbageRecordBlobIsSkippedAndReportedNamingTheSession) {
   {
     auto store = OpenStore();
     ASSERT_TRUE(store);
@@ -448,14 +510,17 @@ TEST_F(StoreTest, GarbageRecordBlobIsDataLossNamingTheSession) {
 
   auto store = OpenStore();
   ASSERT_TRUE(store);
-  auto loaded = store->LoadSessions();
-  ASSERT_FALSE(loaded.ok());
-  EXPECT_EQ(loaded.status().code(), StatusCode::kDataLoss);
-  EXPECT_NE(loaded.status().message().find("bad-7"), std::string::npos) << loaded.status().message();
-  EXPECT_NE(loaded.status().message().find(path_), std::string::npos) << loaded.status().message();
+  std::vector<std::string> problems;
+  auto loaded = store->LoadSessions(&problems);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ASSERT_EQ(loaded->size(), 1u);
+  EXPECT_EQ((*loaded)[0].info().session_id(), "good-1");
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("bad-7"), std::string::npos) << problems[0];
+  EXPECT_NE(problems[0].find(path_), std::string::npos) << problems[0];
 }
 
-TEST_F(StoreTest, RecordOfAnotherSessionIsDataLoss) {
+TEST_F(StoreTest, RecordOfAnotherSessionIsSkipped) {
   {
     auto store = OpenStore();
     ASSERT_TRUE(store);
@@ -466,10 +531,12 @@ TEST_F(StoreTest, RecordOfAnotherSessionIsDataLoss) {
   RawDb(path_).Exec("UPDATE sessions SET record = (SELECT record FROM sessions WHERE id='a') WHERE id='b'");
   auto store = OpenStore();
   ASSERT_TRUE(store);
-  auto loaded = store->LoadSessions();
-  ASSERT_FALSE(loaded.ok());
-  EXPECT_EQ(loaded.status().code(), StatusCode::kDataLoss);
-  EXPECT_NE(loaded.status().message().find("'b'"), std::string::npos) << loaded.status().message();
+  std::vector<std::string> problems;
+  auto loaded = store->LoadSessions(&problems);
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ(loaded->size(), 1u);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("'b'"), std::string::npos) << problems[0];
 }
 
 TEST_F(StoreTest, OpenUnderARegularFileFailsClearly) {
@@ -508,7 +575,7 @@ TEST_F(StoreTest, OpenOfAFileThatIsNotADatabaseFailsClearly) {
 
 TEST_F(StoreTest, NewerSchemaVersionIsRefused) {
   ASSERT_TRUE(OpenStore());
-  RawDb(path_).Exec("PRAGMA user_version = 2");
+  RawDb(path_).Exec("PRAGMA user_version = 3");
   auto store = Store::Open(path_);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
+
 namespace firedrill::cli {
 namespace {
 
@@ -70,6 +72,51 @@ TEST(Trace, OneProcessPerRankWithStepComputeAndCommTracks) {
   }
   EXPECT_EQ(names, 2);
   EXPECT_EQ(slices, 6);
+}
+
+// Every event against the Trace Event Format (the JSON Object Format that
+// chrome://tracing and Perfetto read): the fields each phase needs, with the
+// types the viewers expect. Metadata events carry what their name says:
+// process_name/thread_name a string `name`, *_sort_index an integer
+// `sort_index` (a string there is ignored, and the ranks come out unsorted).
+TEST(Trace, EveryEventFollowsTheTraceEventFormat) {
+  const auto j = nlohmann::json::parse(ChromeTraceJson(TwoRanks()));
+  ASSERT_TRUE(j.is_object());
+  ASSERT_TRUE(j["traceEvents"].is_array());
+  EXPECT_TRUE(j["displayTimeUnit"] == "ms" || j["displayTimeUnit"] == "ns");
+  std::map<int, int> sort_index;
+  for (const auto& e : j["traceEvents"]) {
+    SCOPED_TRACE(e.dump());
+    ASSERT_TRUE(e["name"].is_string());
+    ASSERT_TRUE(e["ph"].is_string());
+    ASSERT_TRUE(e["pid"].is_number_integer());
+    const std::string ph = e["ph"];
+    if (ph == "M") {
+      const std::string name = e["name"];
+      ASSERT_TRUE(name == "process_name" || name == "thread_name" || name == "process_sort_index" ||
+                  name == "thread_sort_index" || name == "process_labels")
+          << name;
+      ASSERT_TRUE(e["args"].is_object());
+      if (name.rfind("_name") == name.size() - 5) EXPECT_TRUE(e["args"]["name"].is_string());
+      if (name.rfind("_sort_index") == name.size() - 11) {
+        ASSERT_TRUE(e["args"]["sort_index"].is_number_integer());
+        if (name == "process_sort_index") sort_index[e["pid"]] = e["args"]["sort_index"];
+      }
+      if (name.rfind("thread_", 0) == 0) EXPECT_TRUE(e["tid"].is_number_integer());
+    } else {
+      ASSERT_EQ(ph, "X") << "only complete events are written";
+      EXPECT_TRUE(e["tid"].is_number_integer());
+      ASSERT_TRUE(e["ts"].is_number());
+      ASSERT_TRUE(e["dur"].is_number());
+      EXPECT_GE(e["dur"].get<double>(), 0);
+      EXPECT_GE(e["ts"].get<double>(), 0);
+      if (e.contains("args")) EXPECT_TRUE(e["args"].is_object());
+    }
+  }
+  // Ranks sort in rank order.
+  ASSERT_EQ(sort_index.size(), 2u);
+  EXPECT_EQ(sort_index[0], 0);
+  EXPECT_EQ(sort_index[1], 1);
 }
 
 TEST(Trace, StepRangeParsing) {

@@ -1,0 +1,236 @@
+// SessionManager's learner actions (diagnose, fix, hint) and grading. The
+// rules: nothing here says whether a diagnosis or a fix is right before the
+// session is scored; a diagnosis may be revised until the fix (each revision
+// after the first is priced); the one fix ends the attempt; a fix may change
+// operational settings, and workload settings only where the drill allows.
+#include <algorithm>
+#include <set>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/suggest.h"
+#include "controller/job_keys.h"
+#include "controller/scenario_loader.h"
+#include "controller/scorer.h"
+#include "controller/session_manager.h"
+#include "faults/registry.h"
+
+namespace firedrill::controller {
+
+namespace {
+
+std::string RankRange(int world) { return "0.." + std::to_string(world - 1); }
+
+// What a diagnosis or fix is refused with once the fix is in.
+Status AfterTheFix(const std::string& id, const std::string& state) {
+  if (state == kFixing || state == kVerifying)
+    return FailedPrecondition("session " + id + " has its fix; it is being verified (`firedrill status`), and "
+                              "the diagnosis in force when the fix was applied is the one scored");
+  return FailedPrecondition("session " + id + " has already ended (" + state + "); start a new session to try again");
+}
+
+Status CheckFinding(const v1::Finding& f, int world, const std::string& where) {
+  if (!faults::IsKnownCause(f.cause())) {
+    return InvalidArgument(where + "unknown cause '" + f.cause() + "'" + DidYouMean(f.cause(), faults::KnownCauses()) +
+                           " (`firedrill diagnose --help` and the ListCauses call list them)");
+  }
+  std::set<int> seen;
+  for (int r : f.culprit_ranks()) {
+    if (r < 0 || r >= world)
+      return OutOfRange(where + "rank " + std::to_string(r) + " is outside this job's ranks " + RankRange(world));
+    if (!seen.insert(r).second) return InvalidArgument(where + "rank " + std::to_string(r) + " is named twice");
+  }
+  if (f.cause() == "no-fault" && f.culprit_ranks_size() > 0)
+    return InvalidArgument(where + "'no-fault' names no culprit ranks");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status SessionManager::ToolOffered(const Session& s, const std::string& tool) const {
+  if (s.scenario == nullptr) return Status::Ok();
+  const v1::LearnerTools& t = s.scenario->tools();
+  bool on = true;
+  if (tool == "probes") on = !t.has_probes() || t.probes();
+  if (tool == "trace") on = !t.has_trace() || t.trace();
+  if (tool == "flight_recorder") on = !t.has_flight_recorder() || t.flight_recorder();
+  if (tool == "logs") on = !t.has_logs() || t.logs();
+  if (on) return Status::Ok();
+  return FailedPrecondition("this drill does not offer " + tool +
+                            " (`firedrill scenarios show " + s.scenario->id() + "` lists its tools)");
+}
+
+StatusOr<v1::SubmitDiagnosisResponse> SessionManager::Diagnose(const v1::SubmitDiagnosisRequest& req) {
+  auto sp = Find(req.session_id());
+  if (!sp.ok()) return sp.status();
+  Session& s = **sp;
+  std::lock_guard<std::mutex> lock(s.mu);
+  const std::string& state = s.rec.info().state();
+  if (state == kCreated || state == kBaseline) {
+    return FailedPrecondition("session " + req.session_id() +
+                              " is still measuring its healthy baseline; diagnose once it is running");
+  }
+  if (state != kRunning || s.fix_pending) return AfterTheFix(req.session_id(), state);
+  if (!req.cause().empty() && req.findings_size() > 0)
+    return InvalidArgument("give either one cause (cause, culprit_ranks) or several findings, not both");
+  const std::vector<v1::Finding> findings = FindingsOf(req);
+  if (findings.empty())
+    return InvalidArgument("a diagnosis names a cause: --cause CAUSE (repeat --cause for several faults at once)");
+  const int world = s.rec.info().world_size();
+  std::set<std::string> causes;
+  for (size_t i = 0; i < findings.size(); ++i) {
+    const std::string where = findings.size() > 1 ? "finding " + std::to_string(i + 1) + ": " : "";
+    FD_RETURN_IF_ERROR(CheckFinding(findings[i], world, where));
+    if (!causes.insert(findings[i].cause()).second)
+      return InvalidArgument("cause '" + findings[i].cause() + "' is named twice; give each cause once, with all its ranks");
+  }
+  if (causes.count("no-fault") && findings.size() > 1)
+    return InvalidArgument("'no-fault' says nothing is wrong: it cannot be named beside a fault");
+  auto number = store_->AddDiagnosis(req.session_id(), findings, req.note(), UnixNowMs());
+  if (!number.ok()) return number.status();
+  std::string what;
+  for (const auto& f : findings) {
+    std::string ranks;
+    for (int r : f.culprit_ranks()) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    what += (what.empty() ? "" : " + ") + f.cause() + (ranks.empty() ? "" : " on rank " + ranks);
+  }
+  AddEvent(s, "diagnosis", -1, "diagnosis #" + std::to_string(*number) + ": " + what);
+  v1::SubmitDiagnosisResponse resp;
+  resp.set_diagnosis_id(*number);
+  for (const auto& c : faults::KnownCauses()) resp.add_known_causes(c);
+  resp.set_revisions(*number - 1);
+  resp.set_revision_cost(RevisionCost(s.scenario->rubric()));
+  return resp;
+}
+
+StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& req) {
+  auto sp = Find(req.session_id());
+  if (!sp.ok()) return sp.status();
+  Session& s = **sp;
+  std::unique_lock<std::mutex> lock(s.mu);
+  const std::string& state = s.rec.info().state();
+  if (state == kCreated || state == kBaseline) {
+    return FailedPrecondition("session " + req.session_id() +
+                              " is still measuring its baseline; fix it once it is running");
+  }
+  if (state != kRunning || s.fix_pending) return AfterTheFix(req.session_id(), state);
+  const bool empty = req.replace_host_ranks().empty() && req.settings().empty();
+  if (empty && !req.no_change()) {
+    return InvalidArgument(
+        "a fix must change something (--set KEY=VALUE, --replace-host RANK); if nothing needs changing, say so "
+        "with --no-change. A session has one fix: it ends the attempt (the job is re-run, measured and scored)");
+  }
+  if (!empty && req.no_change())
+    return InvalidArgument("--no-change says nothing needs changing: it cannot come with --set or --replace-host");
+  const int world = s.rec.info().world_size();
+  std::set<int> hosts;
+  for (int r : req.replace_host_ranks()) {
+    if (r < 0 || r >= world) {
+      return OutOfRange("--replace-host " + std::to_string(r) + ": rank outside this job's ranks " + RankRange(world));
+    }
+    if (!hosts.insert(r).second) return InvalidArgument("--replace-host " + std::to_string(r) + " is given twice");
+  }
+  const std::vector<std::string> may(s.scenario->may_change().begin(), s.scenario->may_change().end());
+  v1::JobSpec trial = s.rec.job();
+  std::set<std::string> keys;
+  for (const auto& kv : req.settings()) {
+    if (!keys.insert(kv.key()).second) return InvalidArgument("--set " + kv.key() + " is given twice");
+    if (Status st = ApplyJobSetting(&trial, kv.key(), kv.value()); !st.ok()) return st;
+    const JobKeyClass cls = ClassOfJobKey(kv.key());
+    if (cls == JobKeyClass::kEnvironment) {
+      return InvalidArgument(kv.key() + " describes the machine, not the job (storage, device): no fix changes it");
+    }
+    // The same answer for every workload key this drill does not open, so
+    // a refusal says nothing about the fault.
+    if (cls == JobKeyClass::kWorkload && !KeyAllowed(kv.key(), may)) {
+      return FailedPrecondition(
+          kv.key() + " is a workload setting (what is being trained: model, data, batch, world size, precision, "
+          "optimiser): the job's owners do not allow changing it here, and the fix would be measured against a "
+          "different job. Operational settings (loader, buckets, sampler, timeouts, interfaces, checkpoint cadence, "
+          "hosts) may change; `firedrill scenarios show " + s.scenario->id() + "` lists what else may");
+    }
+  }
+  auto number = store_->AddFix(req, UnixNowMs());
+  if (!number.ok()) return number.status();
+  auto diagnoses = store_->LoadDiagnoses(req.session_id());
+  if (!diagnoses.ok()) return diagnoses.status();
+  s.rec.set_fix_applied_unix_ms(UnixNowMs());
+  s.rec.set_fix_applied(true);
+  *s.rec.mutable_fix() = req;
+  s.rec.set_fix_matches(MatchesRemediation(*s.scenario, s.rec, req));
+  s.rec.set_diagnosis_at_fix(diagnoses->empty() ? 0 : diagnoses->back().number());
+  s.rec.set_diagnoses_at_fix(static_cast<int>(diagnoses->size()));
+  s.fix_pending = true;
+  std::string what;
+  for (int r : req.replace_host_ranks()) what += " replace-host " + std::to_string(r);
+  for (const auto& kv : req.settings()) what += " set " + kv.key() + "=" + kv.value();
+  if (req.no_change()) what = " no change";
+  AddEvent(s, "fix", -1, "fix applied:" + what);
+  Save(s);
+  lock.unlock();
+  s.cv.notify_all();
+  v1::ApplyFixResponse resp;
+  resp.set_fix_id(*number);
+  resp.set_state(kFixing);
+  return resp;
+}
+
+StatusOr<v1::RequestHintResponse> SessionManager::Hint(const std::string& id) {
+  auto sp = Find(id);
+  if (!sp.ok()) return sp.status();
+  Session& s = **sp;
+  std::lock_guard<std::mutex> lock(s.mu);
+  const std::string& state = s.rec.info().state();
+  if (state == kCreated || state == kBaseline)
+    return FailedPrecondition("session " + id + " is still measuring its baseline; hints are for the drill itself");
+  if (state != kRunning || s.fix_pending) return AfterTheFix(id, state);
+  const auto& hints = s.scenario->hints();
+  if (s.rec.hints_used() >= hints.size()) {
+    return FailedPrecondition("no more hints: all " + std::to_string(hints.size()) + " have been used");
+  }
+  v1::RequestHintResponse resp;
+  resp.set_hint(hints.Get(s.rec.hints_used()));
+  s.rec.set_hints_used(s.rec.hints_used() + 1);
+  resp.set_hints_used(s.rec.hints_used());
+  resp.set_hints_total(hints.size());
+  resp.set_cost(s.scenario->rubric().hint_cost());
+  AddEvent(s, "hint", -1, "hint " + std::to_string(s.rec.hints_used()) + " taken");
+  Save(s);
+  return resp;
+}
+
+v1::ScoreReport SessionManager::ComputeScore(Session& s) {
+  ScoreInputs in;
+  in.scenario = s.scenario;
+  in.record = &s.rec;
+  auto d = store_->LoadDiagnoses(s.rec.info().session_id());
+  if (d.ok()) in.diagnoses = std::move(d).value();
+  else spdlog::error("{}", d.status().message());
+  // The clock starts when the fault did (a fault armed at step 0 starts
+  // with the run).
+  const int64_t from = s.rec.fault_onset_unix_ms() > 0 ? s.rec.fault_onset_unix_ms() : s.rec.run_started_unix_ms();
+  if (from > 0 && s.rec.fix_applied_unix_ms() > 0) {
+    in.elapsed_s = std::max<int64_t>(0, s.rec.fix_applied_unix_ms() - from) / 1000.0;
+  }
+  return Score(in);
+}
+
+StatusOr<v1::ScoreReport> SessionManager::GetScore(const std::string& id) {
+  auto stored = store_->LoadScore(id);
+  if (!stored.ok()) return stored.status();
+  if (stored->has_value()) return **stored;
+  auto sp = Find(id);
+  if (!sp.ok()) return sp.status();
+  Session& s = **sp;
+  v1::SessionRecord rec;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    rec = s.rec;
+  }
+  auto d = store_->LoadDiagnoses(id);
+  if (!d.ok()) return d.status();
+  // Sealed: what was submitted, and nothing that says whether it is right.
+  return Unscored(rec, *d);
+}
+
+}  // namespace firedrill::controller
