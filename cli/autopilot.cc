@@ -40,6 +40,39 @@ void Set(v1::ApplyFixRequest* fix, const std::string& key, const std::string& va
 }  // namespace
 
 AutopilotFinding Reason(const v1::SessionStatus& st) {
+  auto all = ReasonAll(st);
+  return all.empty() ? AutopilotFinding{} : all.front();
+}
+
+// The job's throughput now against its healthy baseline, in tokens where
+// the job counts tokens.
+double VsBaseline(const v1::SessionStatus& st) {
+  const auto& run = st.run();
+  const auto& b = st.baseline();
+  if (b.tokens_per_s() > 0 && run.tokens_per_s() > 0) return run.tokens_per_s() / b.tokens_per_s();
+  return b.throughput_samples_per_s() > 0 ? run.throughput_samples_per_s() / b.throughput_samples_per_s() : 0;
+}
+
+bool LooksHealthy(const v1::SessionStatus& st, std::string* why) {
+  if (st.ranks_size() == 0) return false;
+  double max_busy = 0;
+  for (const auto& r : st.ranks()) {
+    if (r.state() != "running" || r.window_steps() < 10 || Stalled(r)) return false;
+    max_busy = std::max(max_busy, r.busy_vs_median());
+  }
+  const double ratio = VsBaseline(st);
+  if (ratio < 0.85 || max_busy > 1.15) return false;
+  if (why) {
+    *why = "every rank steps; the job runs at " + Num(ratio, 2) + "x its healthy baseline's throughput, the busiest "
+           "rank is " + Num(max_busy, 2) + "x the median's busy time, and no phase stands out (data, compute, "
+           "communication and padding as in the baseline). Nothing in the telemetry is wrong now: the alert "
+           "was not about the job as it runs.";
+  }
+  return true;
+}
+
+std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
+  std::vector<AutopilotFinding> out;
   AutopilotFinding f;
   // 0. Ranks that failed: their own error says why; peers that failed with
   // timeouts only waited for them.
@@ -64,12 +97,13 @@ AutopilotFinding Reason(const v1::SessionStatus& st) {
                  "\". The interface it was told to bind does not exist on that node; the other ranks only "
                  "waited for it. Move the rank to a correctly configured node.";
     for (int r : bad_iface) f.fix.add_replace_host_ranks(r);
-    return f;
+    out.push_back(f);
+    return out;
   }
   std::vector<const v1::RankStatus*> live;
   for (const auto& r : st.ranks())
     if (r.window_steps() > 0 && r.step_ms() > 0) live.push_back(&r);
-  if (live.empty()) return f;
+  if (live.empty()) return out;
   std::vector<double> data, comm, pad, step;
   for (const auto* r : live) {
     const Shares s = RankShares(*r);
@@ -85,17 +119,21 @@ AutopilotFinding Reason(const v1::SessionStatus& st) {
   context += ".\n";
   const auto& job = st.job();
 
-  // 1. Padding: most of what is computed is not data.
+  // 1. Padding: most of what is computed is not data, and more of it than
+  // in the healthy baseline (which ran the same data).
   const double med_pad = Median(pad);
-  if (med_pad >= 0.3 && job.data().sampler() != "length_bucketed") {
+  const double base_pad = st.baseline().padding_fraction();
+  if (med_pad >= 0.3 && med_pad >= base_pad + 0.15 && job.data().sampler() != "length_bucketed") {
+    f = AutopilotFinding{};
     f.found = true;
     f.cause = "padding-waste";
     f.evidence = context + "padding is " + Pct(med_pad) + " of every batch's tokens on the median rank; the loader draws "
                  "variable-length rows at random (data.sampler = " + (job.data().sampler().empty() ? "random" : job.data().sampler()) +
                  ") and pads each row to its batch's longest, so attention and MLP run on padding. Group rows of "
                  "similar length.";
+    if (base_pad > 0) f.evidence += " (The healthy baseline padded " + Pct(base_pad) + ".)";
     Set(&f.fix, "data.sampler", "length_bucketed");
-    return f;
+    out.push_back(f);
   }
 
   // 2. Input pipeline: the loop waits for batches.
@@ -103,6 +141,7 @@ AutopilotFinding Reason(const v1::SessionStatus& st) {
   for (const auto* r : live)
     if (RankShares(*r).data >= 0.25) starved.push_back(r->rank());
   if (!starved.empty()) {
+    f = AutopilotFinding{};
     f.found = true;
     f.cause = "data-loader-starvation";
     const int workers = std::max(1, job.data().num_workers());
@@ -125,7 +164,7 @@ AutopilotFinding Reason(const v1::SessionStatus& st) {
                  "read-ahead hide the read latency.";
     Set(&f.fix, "data.num_workers", std::to_string(want));
     Set(&f.fix, "data.prefetch_depth", std::to_string(2 * want));
-    return f;
+    out.push_back(f);
   }
 
   // 3. Everyone waits in communication: small buckets are visible in the config.
@@ -134,13 +173,15 @@ AutopilotFinding Reason(const v1::SessionStatus& st) {
   const double med_comm = Median(comm);
   const double bucket_mb = job.comm().bucket_mb() > 0 ? job.comm().bucket_mb() : 25.0;
   if (med_comm >= 0.2 && bucket_mb < 1.0) {
+    f = AutopilotFinding{};
     f.found = true;
     f.cause = "small-buckets";
     f.evidence = context + "exposed all-reduce wait is " + Pct(med_comm) + " of the median rank's step, on every "
                  "rank alike (no rank computes slower, none waits on data); gradient buckets are capped at " + Num(bucket_mb, 3) + " MB, so a step makes one small all-reduce per "
                  "parameter, each paying a collective's fixed latency. PyTorch's default is 25 MB.";
     Set(&f.fix, "comm.bucket_mb", "25");
-    return f;
+    out.push_back(f);
+    return out;
   }
   // 4. One rank computes slower than the rest.
   // Busy time under ~2 ms is mostly scheduling noise on shared cores: a
@@ -148,29 +189,35 @@ AutopilotFinding Reason(const v1::SessionStatus& st) {
   std::vector<double> busy;
   for (const auto* r : live) busy.push_back(r->step_ms() - r->comm_ms());
   std::string why;
-  const int slow = Median(busy) >= 2.0 ? FindStraggler(st, 1.2, &why) : -1;
+  // A starved rank is busy waiting for data, not computing: the rule above
+  // explained it.
+  const int slow = starved.empty() && Median(busy) >= 2.0 ? FindStraggler(st, 1.2, &why) : -1;
   if (slow >= 0) {
+    f = AutopilotFinding{};
     f.found = true;
     f.cause = "straggler";
     f.ranks = {slow};
     f.evidence = context + why;
     f.fix.add_replace_host_ranks(slow);
-    return f;
+    out.push_back(f);
   }
+  if (!out.empty()) return out;
 
   // 5. Every rank waits in communication, buckets are sane, compute is
   // balanced (no straggler above) and the job is well off its baseline: the
   // interconnect. Which link, only a probe that isolates pairs can say.
   const double min_comm = *std::min_element(comm.begin(), comm.end());
   if (min_comm >= 0.25 && base_step > 0 && med_step >= 1.4 * base_step) {
+    f = AutopilotFinding{};
     f.found = true;
     f.cause = "slow-link";
     f.needs_probes = true;
     f.evidence = context + "exposed all-reduce wait is at least " + Pct(min_comm) + " of the step on every rank "
                  "alike, buckets are " + Num(bucket_mb, 1) + " MB, and no rank computes slower or waits on data: "
                  "the collectives themselves got slower.";
+    out.push_back(f);
   }
-  return f;
+  return out;
 }
 
 AutopilotFinding ReasonProbes(const AutopilotFinding& before, const v1::RunProbeResponse& allreduce,
@@ -286,13 +333,30 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
   out << "baseline: " << Num(st->baseline().throughput_samples_per_s()) << " samples/s, median step "
       << Num(st->baseline().median_step_ms(), 1) << " ms\n";
 
-  // The same finding on three looks in a row, so one noisy window cannot
-  // decide; faults may start late, so keep looking for a while.
-  AutopilotFinding finding;
-  int agree = 0;
+  // The same findings on three looks in a row, so one noisy window cannot
+  // decide; faults may start late, so keep looking for a while. A job that
+  // shows nothing wrong for long enough is healthy, and that is the finding.
+  std::vector<AutopilotFinding> findings;
+  int agree = 0, healthy_looks = 0;
+  int64_t agree_from = 0;  // the newest step when the current findings first showed
+  std::string healthy_why;
   int64_t last_newest = -2;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
-  while (std::chrono::steady_clock::now() < deadline && agree < 3) {
+  const auto running_since = std::chrono::steady_clock::now();
+  const auto deadline = running_since + std::chrono::seconds(180);
+  auto same = [](const std::vector<AutopilotFinding>& a, const std::vector<AutopilotFinding>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i].cause != b[i].cause || a[i].ranks != b[i].ranks) return false;
+    return true;
+  };
+  bool healthy = false;
+  // Agreement needs three looks and two whole status windows of new steps
+  // since the findings first showed (a fault that starts late, or a slow
+  // job, has not shown everything in the first window).
+  int64_t newest = -1;
+  bool stepping = true;  // a hung or failed job has no new windows to wait for
+  auto settled = [&] { return agree >= 3 && (!stepping || newest - agree_from >= 40); };
+  while (std::chrono::steady_clock::now() < deadline && !settled() && !healthy) {
     std::this_thread::sleep_for(std::chrono::milliseconds(700));
     st = client.GetStatus(id);
     if (!st.ok()) break;
@@ -306,36 +370,54 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     // A job that stopped moving first: its last window's phase times are
     // stale and say nothing about why. Until it has been still long enough
     // to call it hung, a look at an unchanged window is no new evidence.
-    int64_t newest = -1;
+    newest = -1;
     for (const auto& r : st->ranks()) newest = std::max<int64_t>(newest, r.step());
     const bool moved = newest != last_newest;
     last_newest = newest;
-    AutopilotFinding now;
+    std::vector<AutopilotFinding> now;
     if (!LooksHung(*st) && !failed && !moved) continue;
+    stepping = !LooksHung(*st) && !failed;
     if (LooksHung(*st)) {
       auto fr = client.GetFlightRecorder(id);
-      if (fr.ok()) now = ReasonHang(*st, *fr);
+      if (fr.ok()) {
+        AutopilotFinding h = ReasonHang(*st, *fr);
+        if (h.found) now.push_back(h);
+      }
     } else {
-      now = Reason(*st);
+      now = ReasonAll(*st);
     }
-    if (now.found && now.cause == finding.cause && now.ranks == finding.ranks) {
+    if (!now.empty() && same(now, findings)) {
       ++agree;
     } else {
-      agree = now.found ? 1 : 0;
+      agree = now.empty() ? 0 : 1;
+      agree_from = newest;
     }
-    finding = now;
+    findings = now;
+    // Nothing found, and the numbers say healthy: twelve looks in a row
+    // (8 s), after 20 s of watching, so that a fault has had time to show.
+    healthy_looks = now.empty() && LooksHealthy(*st, &healthy_why) ? healthy_looks + 1 : 0;
+    healthy = healthy_looks >= 12 && std::chrono::steady_clock::now() - running_since > std::chrono::seconds(20);
   }
   if (!st.ok()) {
     *ctx.err << "error: " << st.status().message() << "\n";
     return 1;
   }
-  if (agree < 3) {
+  if (!settled() && !healthy) {
     out << "autopilot: no consistent finding in the telemetry; ending the session\n";
     (void)client.EndSession(id, std::chrono::seconds(60));
     return 1;
   }
   PrintStatus(*st, out);
-  if (finding.cause == "small-buckets" || finding.cause == "slow-link") {
+  if (healthy) {
+    AutopilotFinding none;
+    none.found = true;
+    none.cause = "no-fault";
+    none.evidence = healthy_why;
+    none.fix.set_no_change(true);
+    findings = {none};
+  }
+  for (auto& finding : findings) {
+    if (finding.cause != "small-buckets" && finding.cause != "slow-link") continue;
     // Many small collectives or a few slow ones: the timeline tells them apart.
     v1::GetTraceRequest tr;
     tr.set_session_id(id);
@@ -344,7 +426,8 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
       if (!seen.empty()) finding.evidence += " " + seen;
     }
   }
-  if (finding.needs_probes) {
+  for (auto& finding : findings) {
+    if (!finding.needs_probes) continue;
     // What a learner would run next: the ring's bandwidth, then each pair.
     v1::RunProbeRequest pr;
     pr.set_session_id(id);
@@ -371,25 +454,35 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
       return 1;
     }
   }
-  out << "\nevidence: " << finding.evidence << "\n";
-  std::string ranks;
-  for (int r : finding.ranks) ranks += " " + std::to_string(r);
-  out << "diagnosis: " << finding.cause << (ranks.empty() ? " (whole job)" : " on rank" + ranks) << "\n";
-
+  v1::ApplyFixRequest fix;
+  for (const auto& finding : findings) {
+    out << "\nevidence: " << finding.evidence << "\n";
+    std::string ranks;
+    for (int r : finding.ranks) ranks += " " + std::to_string(r);
+    out << "diagnosis: " << finding.cause << (ranks.empty() ? " (whole job)" : " on rank" + ranks) << "\n";
+    for (int r : finding.fix.replace_host_ranks()) fix.add_replace_host_ranks(r);
+    for (const auto& kv : finding.fix.settings()) *fix.add_settings() = kv;
+    if (finding.fix.no_change()) fix.set_no_change(true);
+  }
   v1::SubmitDiagnosisRequest d;
   d.set_session_id(id);
-  d.set_cause(finding.cause);
-  for (int r : finding.ranks) d.add_culprit_ranks(r);
-  d.set_note("autopilot: " + finding.evidence);
+  std::string note;
+  for (const auto& finding : findings) {
+    v1::Finding* x = d.add_findings();
+    x->set_cause(finding.cause);
+    for (int r : finding.ranks) x->add_culprit_ranks(r);
+    note += (note.empty() ? "" : " ") + finding.evidence;
+  }
+  d.set_note("autopilot: " + note);
   if (auto dr = client.SubmitDiagnosis(d); !dr.ok()) {
     *ctx.err << "error: " << dr.status().message() << "\n";
     return 1;
   }
-  v1::ApplyFixRequest fix = finding.fix;
   fix.set_session_id(id);
   out << "fix:";
   for (int r : fix.replace_host_ranks()) out << " --replace-host " << r;
   for (const auto& s : fix.settings()) out << " --set " << s.key() << "=" << s.value();
+  if (fix.no_change()) out << " --no-change";
   out << "\n";
   if (auto fr = client.ApplyFix(fix); !fr.ok()) {
     *ctx.err << "error: " << fr.status().message() << "\n";

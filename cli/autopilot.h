@@ -25,9 +25,18 @@ struct AutopilotFinding {
   bool needs_probes = false;
 };
 
-// One look at the job: what, if anything, the telemetry and config point at.
-// Pure (no I/O), so the rules are unit-tested on recorded statuses.
+// One look at the job: everything the telemetry and config point at (two
+// faults at once give two findings). Pure (no I/O), so the rules are
+// unit-tested on recorded statuses. A finding must be a change from the
+// healthy baseline the status shows: padding that the baseline had too is
+// how the job always ran, not this incident's cause.
+std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st);
+// The first of ReasonAll, or none.
 AutopilotFinding Reason(const v1::SessionStatus& st);
+// True when nothing is wrong that the telemetry can show: every rank steps,
+// throughput is at the healthy baseline's and the ranks are balanced.
+// `why` says so in numbers.
+bool LooksHealthy(const v1::SessionStatus& st, std::string* why);
 // True when every running rank stopped reporting steps (a hang).
 bool LooksHung(const v1::SessionStatus& st);
 // A hung job: what the flight recorders say.

@@ -94,7 +94,7 @@ void PrintScenarioDetail(const v1::ScenarioDetail& d, std::ostream& out) {
   if (!t.has_logs() || t.logs()) tools += ", logs";
   if (!t.has_flight_recorder() || t.flight_recorder()) tools += ", fr";
   if (!t.has_probes() || t.probes()) tools += ", probe";
-  if (t.straggler_detector()) tools += ", the straggler detector (SLOW in status)";
+  if (t.slow_rank_flag()) tools += ", the slow-rank flag (SLOW in status)";
   out << "tools: " << tools << "\n";
 }
 

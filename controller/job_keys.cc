@@ -99,6 +99,12 @@ JobKeyClass ClassOfJobKey(const std::string& key) {
   return cls;
 }
 
+bool InJobKeyTable(const std::string& key) {
+  for (const auto& entry : Table())
+    if (HasPrefix(key, entry.first)) return true;
+  return false;
+}
+
 bool KeyAllowed(const std::string& key, const std::vector<std::string>& allowed) {
   for (const auto& a : allowed)
     if (HasPrefix(key, a)) return true;

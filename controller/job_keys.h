@@ -25,6 +25,8 @@ std::vector<std::string> JobSettingKeys();
 // The class of a settable key (every key of JobSettingKeys has one; a test
 // holds the table to the key list). Unknown keys are kEnvironment.
 JobKeyClass ClassOfJobKey(const std::string& key);
+// True if the table names `key` or one of its prefixes.
+bool InJobKeyTable(const std::string& key);
 
 // True if `key` is named by `allowed` (a dotted key or one of its prefixes:
 // "loss_scale" allows "loss_scale.mode").

@@ -42,7 +42,7 @@ struct SessionManagerOptions {
   std::string agent_dial_addr;  // address agents use to reach this controller
   bool local_launcher = true;   // false: use agents that registered on their own
   double slow_ratio = 1.5;      // busy time vs median that marks a rank SLOW in status (only
-                                // where the drill offers the straggler detector); ranks
+                                // where the drill offers the slow-rank flag); ranks
                                 // sharing cores drift +-30% on their own
   int status_window = 20;       // steps averaged in status rows
   std::chrono::seconds agent_register_timeout{60};

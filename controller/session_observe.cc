@@ -61,9 +61,9 @@ StatusOr<v1::SessionStatus> SessionManager::GetStatus(const std::string& id) {
     rows.push_back(std::move(row));
   }
   // The SLOW marker is a verdict (it names a culprit): only where the drill
-  // offers the straggler detector. busy_vs_median is evidence, always there.
+  // offers the slow-rank flag. busy_vs_median is evidence, always there.
   MarkSlowRanks(opts_.slow_ratio, &rows);
-  if (s.scenario == nullptr || !s.scenario->tools().straggler_detector()) {
+  if (s.scenario == nullptr || !s.scenario->tools().slow_rank_flag()) {
     for (auto& row : rows) row.set_slow(false);
   }
   for (auto& row : rows) *st.add_ranks() = std::move(row);
