@@ -4,7 +4,7 @@
 BUILD := build
 NINJA := $(BUILD)/build.ninja
 
-.PHONY: all setup build demo test test-unit test-integration test-e2e clean
+.PHONY: all setup build demo test test-unit test-integration test-e2e test-asan test-tsan clean
 
 all: build
 
@@ -32,5 +32,18 @@ test-integration: build
 test-e2e: build
 	ctest --preset default -L e2e
 
+# Our code under sanitizers (LibTorch, gRPC and protobuf are Debian's,
+# uninstrumented): ASan + UBSan over the unit and integration suites, TSan
+# over the controller's unit tests. Separate build trees.
+test-asan: setup
+	cmake --preset asan
+	cmake --build --preset asan
+	ctest --preset asan
+
+test-tsan: setup
+	cmake --preset tsan
+	cmake --build --preset tsan
+	ctest --preset tsan
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-asan build-tsan

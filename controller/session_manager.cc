@@ -699,7 +699,9 @@ void SessionManager::OnJobEvent(const std::string& agent_id, const v1::JobEvent&
   if (!s->run || s->run->id != ev.run_id()) return;
   if (ev.rank() < 0 || ev.rank() >= static_cast<int>(s->ranks.size())) return;
   Rank& r = s->ranks[ev.rank()];
-  if (r.agent_id != agent_id) return;  // an agent may only speak for its own rank
+  // An agent may only speak for its own rank, and one we retired (killed,
+  // told to stop) no longer speaks: its last words may race its removal.
+  if (r.agent_id != agent_id || s->retired.count(agent_id)) return;
   s->run->last_progress = std::chrono::steady_clock::now();
   switch (ev.kind()) {
     case v1::JobEvent::STORE_READY: {

@@ -231,6 +231,8 @@ std::vector<int> ProcessesMentioning(const std::string& needle) {
 
 TEST(CliLifecycle, UpStartEndDownLeavesNoFiredrillProcess) {
   const std::string dir = MakeTempDir();
+  // `up` remembers what it started in the user's config dir: not the real one.
+  setenv("XDG_CONFIG_HOME", (dir + "/config").c_str(), 1);
   const std::string addr = "127.0.0.1:" + std::to_string(FreePort());
   auto run = [&](std::vector<std::string> args) {
     std::vector<std::string> full = {"firedrill", "--controller", addr, "--state-dir", dir};

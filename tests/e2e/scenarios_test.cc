@@ -174,7 +174,12 @@ TEST_F(ScenarioTest, NothingALearnerReadsNamesTheFaultOrTheAnswer) {
     std::string answer_class;
     for (const auto& cl : classes) answer_class += (answer_class.empty() ? "" : "+") + cl;
     if (auto first = c().GetStatus(info->session_id()); first.ok()) {
-      for (const auto& e : first->events()) feature_classes["event " + e.kind()].insert(answer_class);
+      // Events up to the faulty run's start: what comes after is the
+      // fault's doing (a rank that fails is a symptom, not a tell).
+      for (const auto& e : first->events()) {
+        feature_classes["event " + e.kind()].insert(answer_class);
+        if (e.kind() == "run_started" && e.message().rfind("main run", 0) == 0) break;
+      }
       for (const auto& r : first->ranks()) feature_classes["host " + r.host()].insert(answer_class);
     }
     // Let the fault act (stragglers start at step 30-60; a hang stops the

@@ -117,6 +117,25 @@ class ResumeTest : public ::testing::Test {
     return lines;
   }
 
+  // The last "mem peak" rank 0 printed, in bytes (PyTorch's format_size).
+  double RankZeroPeak(const std::string& args) {
+    const std::string cmd = kTrain + " " + Path("s.yaml") + " --log-every 1 " + args + " 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (!p) return -1;
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    EXPECT_EQ(::pclose(p), 0) << out;
+    const size_t at = out.rfind("mem peak ");
+    if (at == std::string::npos) return -1;
+    double v = 0;
+    char unit[16] = {0};
+    std::sscanf(out.c_str() + at + 9, "%lf %15s", &v, unit);
+    const std::string u = unit;
+    return v * (u == "KiB" ? 1024.0 : u == "MiB" ? 1024.0 * 1024 : u == "GiB" ? 1024.0 * 1024 * 1024 : 1.0);
+  }
+
   // N straight vs N/2 + save | fresh process: load + N/2.
   void ExpectBitwiseResume(int steps) {
     const std::string ck = Path("ck");
@@ -198,6 +217,18 @@ TEST_F(ResumeTest, CheckpointOfAnotherModelIsRefused) {
                 " --set checkpoint.resume_from=latest");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.output.find("config hash mismatch"), std::string::npos) << r.output;
+}
+
+// Each rank is a process with its own tracked memory, as each GPU is its own
+// device: rank 0's peak in a 2-rank job is rank 0's, not the sum of both
+// ranks' (as it was when firedrill-train ran ranks as threads).
+TEST_F(ResumeTest, MemoryIsMeasuredPerRank) {
+  WriteScenario(kMlpJob);
+  const double one = RankZeroPeak("--steps 6 --set world_size=1");
+  const double two = RankZeroPeak("--steps 6 --set world_size=2");
+  ASSERT_GT(one, 0);
+  ASSERT_GT(two, 0);
+  EXPECT_LT(two / one, 1.3) << "world 1: " << one << " B, world 2: " << two << " B";
 }
 
 }  // namespace

@@ -1,0 +1,313 @@
+// grading_reliability: how often verification gets a fix wrong. For every
+// shipped scenario it plays the accepted fix and a plausible wrong fix, N
+// times each on fresh sessions (seeds base..base+N-1), once on an idle
+// machine and once with a CPU burner holding one core, through a real
+// controller and real agents. It acts as the instructor: it reads the
+// scenario files and resolves each session's answer from its seed, then
+// submits the right diagnosis with the fix, so only the fix differs.
+//
+//   false fail  the accepted fix did not pass verification
+//   false pass  the wrong fix passed verification
+//
+//   build/bin/grading_reliability --trials 10 --out /tmp/grading.jsonl
+//   build/bin/grading_reliability --scenario throughput-halved --trials 2 --conditions idle
+//
+// One JSON object per trial goes to --out as it finishes (so a long run can
+// be read while it goes); the per-scenario table goes to stdout at the end.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/client.h"
+#include "common/paths.h"
+#include "common/stats.h"
+#include "controller/scenario_loader.h"
+#include "faults/targeting.h"
+
+namespace {
+
+using namespace firedrill;
+using Clock = std::chrono::steady_clock;
+
+// A wrong fix that a learner could plausibly try: the fix of a neighbouring
+// cause, half of a two-part fix, a healthy host instead of the bad one.
+// `culprit` is the answer's first culprit rank (-1 if none).
+v1::ApplyFixRequest WrongFix(const v1::Scenario& sc, int culprit) {
+  v1::ApplyFixRequest f;
+  auto set = [&](const char* k, const char* v) {
+    auto* s = f.add_settings();
+    s->set_key(k);
+    s->set_value(v);
+  };
+  const std::string& id = sc.id();
+  const int world = sc.job().world_size();
+  if (id == "storage-migration") set("data.prefetch_depth", "16");          // read-ahead without workers
+  else if (id == "new-text-pipeline") set("data.num_workers", "8");         // a loader fix for padding
+  else if (id == "ddp-memory-tuning") set("comm.first_bucket_mb", "25");    // only the first bucket
+  else if (id == "epoch-end-hang") set("comm.timeout_s", "60");             // fail fast, still desync
+  else if (id == "allreduce-slowdown") set("comm.bucket_mb", "100");        // bigger buckets, same link
+  else if (id == "quiet-night-page") set("comm.bucket_mb", "0.01");         // "tuning" a healthy job
+  else if (id == "tokenizer-rollout") set("data.sampler", "length_bucketed");  // fixing the red herring
+  else if (id == "monday-changes") set("data.sampler", "length_bucketed");     // half of the fix
+  else f.add_replace_host_ranks(culprit >= 0 ? (culprit + 1) % world : 0);     // a healthy host
+  return f;
+}
+
+// The first accepted remediation, resolved for this session.
+v1::ApplyFixRequest AcceptedFix(const v1::Scenario& sc, const std::vector<v1::ResolvedFault>& faults) {
+  v1::ApplyFixRequest f;
+  for (const auto& a : sc.remediations(0).actions()) {
+    if (a.has_replace_host()) {
+      auto r = faults::ResolveRankRef(a.replace_host(), faults);
+      if (r.ok()) f.add_replace_host_ranks(*r);
+    } else if (a.has_set()) {
+      auto* s = f.add_settings();
+      s->set_key(a.set().key());
+      s->set_value(a.set().value().empty() ? std::to_string(static_cast<int64_t>(a.set().at_least()))
+                                           : a.set().value());
+    } else if (a.no_change()) {
+      f.set_no_change(true);
+    }
+  }
+  return f;
+}
+
+v1::SubmitDiagnosisRequest RightDiagnosis(const v1::Scenario& sc, const std::vector<v1::ResolvedFault>& faults,
+                                          int* first_culprit) {
+  v1::SubmitDiagnosisRequest d;
+  std::vector<v1::AnswerFinding> key(sc.answer().findings().begin(), sc.answer().findings().end());
+  if (key.empty()) {
+    v1::AnswerFinding one;
+    one.set_cause(sc.answer().cause());
+    *one.mutable_culprit_ranks() = sc.answer().culprit_ranks();
+    key.push_back(one);
+  }
+  *first_culprit = -1;
+  for (const auto& k : key) {
+    v1::Finding* f = d.add_findings();
+    f->set_cause(k.cause());
+    for (const auto& ref : k.culprit_ranks()) {
+      auto r = faults::ResolveRankRef(ref, faults);
+      if (!r.ok()) continue;
+      f->add_culprit_ranks(*r);
+      if (*first_culprit < 0) *first_culprit = *r;
+    }
+  }
+  return d;
+}
+
+struct Controller {
+  pid_t pid = -1;
+  std::string addr;
+  std::string dir;
+};
+
+Controller StartController(const std::string& scenarios) {
+  Controller c;
+  char tmpl[] = "/tmp/fd-grading-XXXXXX";
+  c.dir = mkdtemp(tmpl);
+  const std::string bin = ExecutableDir() + "/firedrill-controller";
+  c.pid = fork();
+  if (c.pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    const int fd = open((c.dir + "/controller.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (fd >= 0) dup2(fd, 2);
+    execl(bin.c_str(), bin.c_str(), "--listen", "127.0.0.1:0", "--state-dir", c.dir.c_str(), "--scenarios",
+          scenarios.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 400 && c.addr.empty(); ++i) {
+    std::ifstream in(c.dir + "/controller.addr");
+    std::getline(in, c.addr);
+    if (c.addr.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return c;
+}
+
+// Holds one core busy until stopped (bounded by `max`).
+pid_t StartBurner(std::chrono::seconds max) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const auto end = Clock::now() + max;
+    volatile uint64_t x = 0;
+    while (Clock::now() < end)
+      for (int i = 0; i < 1000000; ++i) x = x * 6364136223846793005ULL + 1;
+    _exit(0);
+  }
+  return pid;
+}
+
+struct Trial {
+  std::string scenario, condition, fix;  // fix: accepted | wrong
+  int64_t seed = 0;
+  bool done = false, passed = false;
+  double ratio = 0, skew = 0;
+  int fix_points = 0, total = 0;
+  double seconds = 0;
+  std::string detail;
+};
+
+Trial Play(cli::DrillClient& c, const v1::Scenario& sc, int64_t seed, bool accepted, const std::string& condition) {
+  Trial t;
+  t.scenario = sc.id();
+  t.condition = condition;
+  t.fix = accepted ? "accepted" : "wrong";
+  t.seed = seed;
+  const auto t0 = Clock::now();
+  auto info = c.StartSession(sc.id(), seed);
+  if (!info.ok()) {
+    t.detail = info.status().message();
+    return t;
+  }
+  const std::string id = info->session_id();
+  std::string state;
+  for (int i = 0; i < 1500; ++i) {  // 5 min
+    auto st = c.GetStatus(id);
+    if (st.ok()) state = st->session().state();
+    if (state != "created" && state != "baseline") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (state != "running") {
+    t.detail = "session " + state;
+    (void)c.EndSession(id, std::chrono::seconds(60));
+    return t;
+  }
+  std::vector<std::string> hosts;
+  for (int r = 0; r < sc.job().world_size(); ++r) hosts.push_back("node-" + std::to_string(r));
+  auto faults = faults::ResolveFaults(sc, static_cast<uint64_t>(seed), hosts);
+  int culprit = -1;
+  v1::SubmitDiagnosisRequest d = RightDiagnosis(sc, faults.ok() ? *faults : std::vector<v1::ResolvedFault>{}, &culprit);
+  d.set_session_id(id);
+  (void)c.SubmitDiagnosis(d);
+  v1::ApplyFixRequest fix = accepted ? AcceptedFix(sc, *faults) : WrongFix(sc, culprit);
+  fix.set_session_id(id);
+  if (auto f = c.ApplyFix(fix); !f.ok()) {
+    t.detail = "fix refused: " + f.status().message();
+    (void)c.EndSession(id, std::chrono::seconds(60));
+    return t;
+  }
+  for (int i = 0; i < 3000; ++i) {  // 10 min
+    auto st = c.GetStatus(id);
+    if (st.ok()) state = st->session().state();
+    if (state == "scored" || state == "ended" || state == "aborted") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  auto score = c.GetScore(id);
+  if (score.ok() && score->final()) {
+    const auto& v = score->verification();
+    t.done = v.done();
+    t.passed = v.passed();
+    t.ratio = v.throughput_ratio();
+    t.skew = v.rank_step_skew();
+    t.detail = v.detail();
+    t.total = score->total();
+    for (const auto& it : score->items())
+      if (it.name() == "fix") t.fix_points = it.points();
+  } else {
+    t.detail = "not scored (" + state + ")";
+  }
+  t.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int trials = 10;
+  int64_t seed0 = 5000;
+  std::string out_path = "grading.jsonl", only, scenario_dir = DefaultScenarioDir();
+  std::vector<std::string> conditions = {"idle", "burner"};
+  CLI::App app{"grading_reliability: false-fail and false-pass counts of verification, per scenario"};
+  app.add_option("--trials", trials, "sessions per scenario, fix and condition")->capture_default_str();
+  app.add_option("--seed", seed0, "first seed")->capture_default_str();
+  app.add_option("--out", out_path, "JSON lines, one per trial")->capture_default_str();
+  app.add_option("--scenario", only, "only this scenario");
+  app.add_option("--scenarios", scenario_dir, "scenario directory")->capture_default_str();
+  app.add_option("--conditions", conditions, "idle and/or burner")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  auto all = controller::LoadScenarioDir(scenario_dir);
+  if (!all.ok()) {
+    std::fprintf(stderr, "grading_reliability: %s\n", all.status().message().c_str());
+    return 2;
+  }
+  Controller ctl = StartController(scenario_dir);
+  if (ctl.addr.empty()) {
+    std::fprintf(stderr, "grading_reliability: the controller did not start; see %s/controller.log\n", ctl.dir.c_str());
+    return 1;
+  }
+  cli::DrillClient client(ctl.addr, std::chrono::seconds(30));
+  std::ofstream out(out_path, std::ios::app);
+  std::vector<Trial> results;
+  for (const auto& condition : conditions) {
+    const pid_t burner = condition == "burner" ? StartBurner(std::chrono::hours(12)) : -1;
+    for (const auto& sc : *all) {
+      if (!only.empty() && sc.id() != only) continue;
+      for (int i = 0; i < trials; ++i) {
+        for (bool accepted : {true, false}) {
+          const Trial t = Play(client, sc, seed0 + i, accepted, condition);
+          results.push_back(t);
+          out << nlohmann::json{{"scenario", t.scenario}, {"condition", t.condition}, {"fix", t.fix},
+                                {"seed", t.seed},         {"done", t.done},           {"passed", t.passed},
+                                {"ratio", t.ratio},       {"skew", t.skew},           {"fix_points", t.fix_points},
+                                {"total", t.total},       {"seconds", t.seconds},     {"detail", t.detail}}
+                     .dump()
+              << std::endl;
+          std::fprintf(stderr, "%s %s %s seed %lld: %s ratio %.2f skew %.2f (%.0f s)\n", condition.c_str(),
+                       sc.id().c_str(), t.fix.c_str(), static_cast<long long>(t.seed),
+                       t.passed ? "PASS" : "FAIL", t.ratio, t.skew, t.seconds);
+        }
+      }
+    }
+    if (burner > 0) {
+      kill(burner, SIGKILL);
+      waitpid(burner, nullptr, 0);
+    }
+  }
+  kill(ctl.pid, SIGTERM);
+  waitpid(ctl.pid, nullptr, 0);
+  std::error_code ec;
+  std::filesystem::remove_all(ctl.dir, ec);
+
+  // scenario -> condition -> counts
+  std::printf("| scenario | condition | accepted: false fails | wrong: false passes | median ratio accepted | "
+              "median ratio wrong |\n|---|---|---|---|---|---|\n");
+  std::map<std::pair<std::string, std::string>, std::vector<const Trial*>> by;
+  for (const auto& t : results) by[{t.scenario, t.condition}].push_back(&t);
+  int ff = 0, fp = 0;
+  for (const auto& [key, ts] : by) {
+    int acc = 0, acc_fail = 0, wrong = 0, wrong_pass = 0;
+    std::vector<double> ra, rw;
+    for (const auto* t : ts) {
+      if (t->fix == "accepted") {
+        ++acc;
+        acc_fail += t->passed ? 0 : 1;
+        ra.push_back(t->ratio);
+      } else {
+        ++wrong;
+        wrong_pass += t->passed ? 1 : 0;
+        rw.push_back(t->ratio);
+      }
+    }
+    ff += acc_fail;
+    fp += wrong_pass;
+    std::printf("| %s | %s | %d/%d | %d/%d | %.2f | %.2f |\n", key.first.c_str(), key.second.c_str(), acc_fail, acc,
+                wrong_pass, wrong, Median(ra), Median(rw));
+  }
+  std::printf("\nfalse fails %d, false passes %d\n", ff, fp);
+  return 0;
+}

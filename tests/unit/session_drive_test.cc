@@ -1,0 +1,365 @@
+// The session manager's state machine driven end to end over a real gRPC
+// AgentLink, with in-process stand-in agents that answer RunJob with
+// made-up step reports instead of training (the e2e tests train for real).
+// Fast enough for a unit test, and the suite `make test-tsan` runs under
+// ThreadSanitizer: concurrent ends and shutdowns, retired agents, lost ones.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "controller/agent_pool.h"
+#include "controller/session_manager.h"
+#include "firedrill/v1/agent.grpc.pb.h"
+
+namespace firedrill::controller {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+constexpr char kToken[] = "unit-test-pool-token-0123456789";
+
+// A stand-in agent: registers, and answers each RunJob with a step report
+// every 2 ms until max_steps or StopJob, then FINISHED. It never trains.
+class StandIn {
+ public:
+  StandIn(const std::string& addr, std::string id, std::string host) : id_(std::move(id)), host_(std::move(host)) {
+    channel_ = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+    stub_ = v1::AgentLink::NewStub(channel_);
+    stream_ = stub_->Connect(&ctx_);
+    v1::AgentMessage hello;
+    hello.mutable_hello()->set_agent_id(id_);
+    hello.mutable_hello()->set_host(host_);
+    hello.mutable_hello()->set_join_token(kToken);
+    Write(hello);
+    reader_ = std::thread([this] { Read(); });
+  }
+  ~StandIn() { Disconnect(); }
+  void Disconnect() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (gone_) return;
+      gone_ = true;
+      stop_ = true;
+    }
+    ctx_.TryCancel();
+    if (reader_.joinable()) reader_.join();
+    if (job_.joinable()) job_.join();
+  }
+  // RunJob messages that arrived while a job was still running.
+  int refused() const { return refused_; }
+  int jobs() const { return jobs_; }
+  // The n-th job (1 = the first) fails at its step 3, and then this agent
+  // goes away, as a crashed agent process would.
+  void FailJob(int n) { fail_job_ = n; }
+
+ private:
+  void Write(const v1::AgentMessage& m) {
+    std::lock_guard<std::mutex> g(write_mu_);
+    stream_->Write(m);
+  }
+  void Read() {
+    v1::ControllerMessage msg;
+    while (stream_->Read(&msg)) {
+      if (msg.has_run()) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (running_) {
+          ++refused_;
+          continue;
+        }
+        if (job_.joinable()) job_.join();
+        running_ = true;
+        stop_ = false;
+        run_id_ = msg.run().run_id();
+        ++jobs_;
+        job_ = std::thread([this, r = msg.run()] { Job(r); });
+      } else if (msg.has_stop()) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (msg.stop().run_id() == run_id_) stop_ = true;
+      }
+    }
+  }
+  void Job(const v1::RunJob& run) {
+    auto event = [&](v1::JobEvent::Kind kind, const std::string& text) {
+      v1::AgentMessage m;
+      auto* e = m.mutable_event();
+      e->set_run_id(run.run_id());
+      e->set_rank(run.rank());
+      e->set_kind(kind);
+      e->set_message(text);
+      Write(m);
+    };
+    if (run.rank() == 0) {
+      v1::AgentMessage m;
+      auto* e = m.mutable_event();
+      e->set_run_id(run.run_id());
+      e->set_kind(v1::JobEvent::STORE_READY);
+      e->set_store_host("127.0.0.1");
+      e->set_store_port(1);
+      Write(m);
+    }
+    const bool fail = jobs_ == fail_job_;
+    for (int64_t step = 0; step < run.max_steps(); ++step) {
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        if (stop_) break;
+      }
+      if (fail && step == 3) {
+        {
+          std::lock_guard<std::mutex> g(mu_);
+          running_ = false;
+        }
+        event(v1::JobEvent::FAILED, "rank " + std::to_string(run.rank()) + ": stand-in failure");
+        ctx_.TryCancel();
+        return;
+      }
+      v1::AgentMessage m;
+      m.mutable_steps()->set_run_id(run.run_id());
+      auto* s = m.mutable_steps()->add_steps();
+      s->set_rank(run.rank());
+      s->set_step(step);
+      s->set_step_ms(2);
+      s->set_forward_ms(0.5);
+      s->set_backward_ms(1);
+      s->set_comm_ms(0.3);
+      s->set_samples_per_s(1000);
+      s->set_start_unix_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count());
+      Write(m);
+      std::this_thread::sleep_for(2ms);
+    }
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      running_ = false;  // free before the end event, as the real agent is
+    }
+    event(v1::JobEvent::FINISHED, "");
+  }
+
+  std::string id_, host_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::AgentLink::Stub> stub_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ControllerMessage>> stream_;
+  std::mutex write_mu_, mu_;
+  std::thread reader_, job_;
+  bool running_ = false, stop_ = false, gone_ = false;
+  std::string run_id_;
+  std::atomic<int> refused_{0}, jobs_{0};
+  std::atomic<int> fail_job_{0};
+};
+
+v1::Scenario Drill() {
+  v1::Scenario sc;
+  sc.set_id("drive");
+  sc.set_title("drive");
+  auto* job = sc.mutable_job();
+  job->set_world_size(2);
+  job->set_steps(100);
+  job->mutable_data()->set_batch_size(4);
+  job->mutable_comm()->set_timeout_s(5);
+  job->mutable_comm()->set_backend("gloo");
+  job->mutable_model()->set_kind("mlp");
+  job->mutable_model()->set_input_dim(8);
+  job->mutable_model()->set_hidden(8);
+  job->mutable_model()->set_layers(1);
+  job->mutable_model()->set_num_classes(2);
+  job->mutable_optim()->set_kind("sgd");
+  job->mutable_optim()->set_lr(0.1);
+  job->set_precision("fp32");
+  auto* f = sc.add_faults();
+  f->set_kind("straggler");
+  f->mutable_target()->mutable_host_of_rank()->set_value(1);
+  f->mutable_trigger()->mutable_step()->set_value(0);
+  f->mutable_straggler()->set_slowdown(2);
+  sc.mutable_answer()->set_cause("straggler");
+  sc.mutable_answer()->add_culprit_ranks()->set_rank(1);
+  sc.add_remediations()->add_actions()->mutable_replace_host()->set_rank(1);
+  auto* v = sc.mutable_verify();
+  v->set_warmup_steps(2);
+  v->set_window_steps(10);
+  v->set_throughput_vs_baseline_min(0.5);
+  v->set_rank_step_skew_max(2);
+  auto* r = sc.mutable_rubric();
+  r->set_cause(40);
+  r->set_culprit(20);
+  r->set_fix(30);
+  r->set_time(10);
+  r->set_time_budget_s(600);
+  return sc;
+}
+
+class SessionDriveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "fd-drive-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    auto store = Store::Open(dir_ + "/firedrill.db");
+    ASSERT_TRUE(store.ok()) << store.status().message();
+    store_ = std::move(*store);
+    pool_.SetPoolToken(kToken);
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(&pool_);
+    server_ = b.BuildAndStart();
+    ASSERT_TRUE(server_ && port > 0);
+    addr_ = "127.0.0.1:" + std::to_string(port);
+    SessionManagerOptions opts;
+    opts.state_dir = dir_;
+    opts.local_launcher = false;
+    sm_ = std::make_unique<SessionManager>(opts, store_.get(), &pool_, std::vector<v1::Scenario>{Drill()});
+    ASSERT_TRUE(sm_->Init().ok());
+  }
+  void TearDown() override {
+    sm_->Shutdown();
+    agents_.clear();
+    pool_.CloseAll();
+    server_->Shutdown(std::chrono::system_clock::now() + 2s);
+    sm_.reset();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  StandIn& Agent(const std::string& id, const std::string& host) {
+    agents_.push_back(std::make_unique<StandIn>(addr_, id, host));
+    return *agents_.back();
+  }
+  void WaitAgents(size_t n) {
+    for (int i = 0; i < 500 && pool_.Connected().size() < n; ++i) std::this_thread::sleep_for(10ms);
+    ASSERT_EQ(pool_.Connected().size(), n);
+  }
+  // Polls the session's state until `want` (or a terminal state).
+  std::string WaitState(const std::string& id, const std::string& want, int seconds = 30) {
+    std::string state;
+    for (int i = 0; i < seconds * 50; ++i) {
+      auto st = sm_->GetStatus(id);
+      if (st.ok()) state = st->session().state();
+      if (state == want || TerminalState(state)) return state;
+      std::this_thread::sleep_for(20ms);
+    }
+    return state;
+  }
+  std::string StartRunning() {
+    v1::StartSessionRequest req;
+    req.set_scenario_id("drive");
+    req.set_seed(3);
+    auto info = sm_->Start(req);
+    EXPECT_TRUE(info.ok()) << info.status().message();
+    if (!info.ok()) return "";
+    EXPECT_EQ(WaitState(info->session_id(), kRunning), kRunning);
+    return info->session_id();
+  }
+
+  std::string dir_, addr_;
+  std::unique_ptr<Store> store_;
+  AgentPool pool_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<SessionManager> sm_;
+  std::vector<std::unique_ptr<StandIn>> agents_;
+};
+
+TEST_F(SessionDriveTest, ASessionPlaysThroughToItsScore) {
+  Agent("a0", "node-0");
+  Agent("a1", "node-1");
+  Agent("spare", "node-2");
+  WaitAgents(3);
+  const std::string id = StartRunning();
+  v1::SubmitDiagnosisRequest d;
+  d.set_session_id(id);
+  d.set_cause("straggler");
+  d.add_culprit_ranks(1);
+  auto dr = sm_->Diagnose(d);
+  ASSERT_TRUE(dr.ok()) << dr.status().message();
+  EXPECT_EQ(dr->diagnosis_id(), 1);
+  auto sealed = sm_->GetScore(id);
+  ASSERT_TRUE(sealed.ok());
+  EXPECT_FALSE(sealed->final());
+  EXPECT_EQ(sealed->items_size(), 0);
+  v1::ApplyFixRequest fix;
+  fix.set_session_id(id);
+  fix.add_replace_host_ranks(1);
+  ASSERT_TRUE(sm_->Fix(fix).ok());
+  EXPECT_EQ(WaitState(id, kScored), kScored);
+  auto score = sm_->GetScore(id);
+  ASSERT_TRUE(score.ok());
+  EXPECT_TRUE(score->final());
+  EXPECT_TRUE(score->verification().passed()) << score->verification().detail();
+  EXPECT_EQ(score->verification().pairs_size(), 3);
+  EXPECT_EQ(score->answer_cause(), "straggler");
+  EXPECT_EQ(score->total(), 100) << score->DebugString();
+}
+
+TEST_F(SessionDriveTest, ConcurrentEndsAndAShutdownEndTheSessionOnce) {
+  Agent("a0", "node-0");
+  Agent("a1", "node-1");
+  WaitAgents(2);
+  const std::string id = StartRunning();
+  std::vector<std::thread> enders;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 4; ++i) {
+    enders.emplace_back([&] {
+      auto r = sm_->End(id);
+      if (r.ok() && r->state() == kEnded) ++ok;
+    });
+  }
+  enders.emplace_back([&] { sm_->Shutdown(); });
+  for (auto& t : enders) t.join();
+  EXPECT_EQ(ok.load(), 4);
+  auto score = sm_->GetScore(id);
+  ASSERT_TRUE(score.ok());
+  EXPECT_TRUE(score->final()) << "an ended session is scored as it stands";
+}
+
+TEST_F(SessionDriveTest, ARemoteAgentThatWasReplacedGetsNoJobWhileItsOldOneRuns) {
+  StandIn& a0 = Agent("a0", "node-0");
+  StandIn& a1 = Agent("a1", "node-1");
+  StandIn& spare = Agent("spare", "node-2");
+  WaitAgents(3);
+  const std::string id = StartRunning();
+  v1::ApplyFixRequest fix;
+  fix.set_session_id(id);
+  fix.add_replace_host_ranks(1);
+  ASSERT_TRUE(sm_->Fix(fix).ok());
+  ASSERT_EQ(WaitState(id, kScored), kScored);
+  EXPECT_EQ(a0.refused() + a1.refused() + spare.refused(), 0) << "a busy agent was handed another job";
+  EXPECT_GT(spare.jobs(), 0) << "the spare took rank 1";
+}
+
+TEST_F(SessionDriveTest, ARankWhoseAgentFailedAndLeftIsReplacedBeforeTheNextRun) {
+  Agent("a0", "node-0");
+  StandIn& a1 = Agent("a1", "node-1");
+  Agent("spare", "node-2");
+  WaitAgents(3);
+  a1.FailJob(2);  // the main run (job 1 is the baseline)
+  const std::string id = StartRunning();
+  for (int i = 0; i < 500 && pool_.Connected().size() > 2; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(pool_.Connected().size(), 2u) << "rank 1's agent should have gone";
+  v1::ApplyFixRequest fix;  // a fix that replaces no host: the gone agent must be replaced anyway
+  fix.set_session_id(id);
+  auto* s = fix.add_settings();
+  s->set_key("comm.timeout_s");
+  s->set_value("6");
+  auto fixed = sm_->Fix(fix);
+  ASSERT_TRUE(fixed.ok()) << StatusCodeName(fixed.status().code()) << ": " << fixed.status().message() << " id=" << id;
+  EXPECT_EQ(WaitState(id, kScored, 60), kScored);
+  auto score = sm_->GetScore(id);
+  ASSERT_TRUE(score.ok());
+  EXPECT_TRUE(score->verification().done());
+  EXPECT_EQ(score->verification().pairs_size(), 3) << score->verification().detail();
+  auto st = sm_->GetStatus(id);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->ranks(1).host(), "node-2") << "rank 1 moved to the spare agent's host";
+}
+
+}  // namespace
+}  // namespace firedrill::controller
