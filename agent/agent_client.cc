@@ -313,8 +313,9 @@ void AgentClient::JobMain(v1::RunJob job) {
     spdlog::error("run {} rank {}: {}", run_id, rank, result.message());
     // As TORCH_NCCL_DUMP_ON_TIMEOUT does: what this rank was doing, in its
     // own log, for whoever reads it after the job is gone.
-    if (result.code() == StatusCode::kDeadlineExceeded || result.code() == StatusCode::kUnavailable ||
-        result.code() == StatusCode::kAborted)
+    if (job.dump_flight_recorder() &&
+        (result.code() == StatusCode::kDeadlineExceeded || result.code() == StatusCode::kUnavailable ||
+         result.code() == StatusCode::kAborted))
       DumpFlightRecorderToLog(rank, *o_recorder);
     SendEvent(run_id, rank, v1::JobEvent::FAILED, result.message(), steps);
   }

@@ -4,7 +4,8 @@
 // machine and once with a CPU burner holding one core, through a real
 // controller and real agents. It acts as the instructor: it reads the
 // scenario files and resolves each session's answer from its seed, then
-// submits the right diagnosis with the fix, so only the fix differs.
+// submits the right diagnosis with the fix, so only the fix differs (the
+// draws need the controller's draw key: the bench owns its state dir).
 //
 //   false fail  the accepted fix did not pass verification
 //   false pass  the wrong fix passed verification
@@ -34,6 +35,7 @@
 #include "cli/client.h"
 #include "common/paths.h"
 #include "common/stats.h"
+#include "controller/draws.h"
 #include "controller/scenario_loader.h"
 #include "faults/targeting.h"
 
@@ -161,7 +163,8 @@ struct Trial {
   std::string detail;
 };
 
-Trial Play(cli::DrillClient& c, const v1::Scenario& sc, int64_t seed, bool accepted, const std::string& condition) {
+Trial Play(cli::DrillClient& c, const v1::Scenario& sc, int64_t seed, bool accepted, const std::string& condition,
+           const std::string& draw_key) {
   Trial t;
   t.scenario = sc.id();
   t.condition = condition;
@@ -188,7 +191,9 @@ Trial Play(cli::DrillClient& c, const v1::Scenario& sc, int64_t seed, bool accep
   }
   std::vector<std::string> hosts;
   for (int r = 0; r < sc.job().world_size(); ++r) hosts.push_back("node-" + std::to_string(r));
-  auto faults = faults::ResolveFaults(sc, static_cast<uint64_t>(seed), hosts);
+  // The instructor's view: the controller's draw key (its state dir is
+  // ours) turns the seed into the session's draws.
+  auto faults = faults::ResolveFaults(sc, controller::DrawSeed(draw_key, seed), hosts);
   int culprit = -1;
   v1::SubmitDiagnosisRequest d = RightDiagnosis(sc, faults.ok() ? *faults : std::vector<v1::ResolvedFault>{}, &culprit);
   d.set_session_id(id);
@@ -251,6 +256,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   cli::DrillClient client(ctl.addr, std::chrono::seconds(30));
+  auto key = controller::LoadOrCreateDrawKey(ctl.dir + "/draw.key");
+  if (!key.ok()) {
+    std::fprintf(stderr, "grading_reliability: %s\n", key.status().message().c_str());
+    return 1;
+  }
   std::ofstream out(out_path, std::ios::app);
   std::vector<Trial> results;
   for (const auto& condition : conditions) {
@@ -259,7 +269,7 @@ int main(int argc, char** argv) {
       if (!only.empty() && sc.id() != only) continue;
       for (int i = 0; i < trials; ++i) {
         for (bool accepted : {true, false}) {
-          const Trial t = Play(client, sc, seed0 + i, accepted, condition);
+          const Trial t = Play(client, sc, seed0 + i, accepted, condition, *key);
           results.push_back(t);
           out << nlohmann::json{{"scenario", t.scenario}, {"condition", t.condition}, {"fix", t.fix},
                                 {"seed", t.seed},         {"done", t.done},           {"passed", t.passed},

@@ -47,7 +47,7 @@ int CmdUp(CliContext& ctx, const std::string& listen, const std::vector<std::str
   auto p = StartController(listen, ctx.state_dir, scenario_dirs);
   if (!p.ok()) return Fail(ctx, p.status());
   // Later commands find this controller and its state without flags.
-  SaveContext({listen, ctx.state_dir});
+  SaveContext({p->address, ctx.state_dir});
   *ctx.out << "controller running at " << p->address << " (pid " << p->pid << ")\n"
            << "  log:   " << p->log_path << "\n"
            << "  state: " << p->state_dir << " (firedrill.db, agent logs in logs/)\n"
@@ -81,8 +81,7 @@ int CmdLogs(CliContext& ctx, DrillClient& client, const std::string& id, int ran
     req.set_offset(lg->next_offset());
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     auto st = client.GetStatus(id);
-    ended = !st.ok() || st->session().state() == "scored" || st->session().state() == "ended" ||
-            st->session().state() == "aborted";
+    ended = !st.ok() || SessionOver(st->session().state());
   }
 }
 
@@ -106,7 +105,7 @@ int CmdTop(CliContext& ctx, DrillClient& client, const std::string& id, double d
     }
     ctx.out->flush();
     const std::string& state = st->session().state();
-    if ((frames > 0 && frame >= frames) || state == "scored" || state == "ended" || state == "aborted") return 0;
+    if ((frames > 0 && frame >= frames) || SessionOver(state)) return 0;
     std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
   }
 }
@@ -308,7 +307,9 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::CallForHelp& e) {
-    out << (app.get_subcommands().empty() ? app.help() : app.get_subcommands().back()->help());
+    const CLI::App* deepest = &app;  // `scenarios show --help` is show's help
+    while (!deepest->get_subcommands().empty()) deepest = deepest->get_subcommands().back();
+    out << deepest->help();
     return 0;
   } catch (const CLI::CallForAllHelp& e) {
     out << app.help("", CLI::AppFormatMode::All);
@@ -319,7 +320,11 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     if (app.get_subcommands().empty()) {
       if (std::string named = UnknownCommand(app, args); !named.empty()) msg = named;
     }
-    err << "error: " << msg << " (see `firedrill --help`)\n";
+    msg += " (see `firedrill --help`)";
+    if (std::find(args.begin(), args.end(), "--json") != args.end())
+      err << nlohmann::json{{"error", {{"code", "INVALID_ARGUMENT"}, {"message", msg}}}}.dump() << "\n";
+    else
+      err << "error: " << msg << "\n";
     return 2;
   }
   ResolveContext(&ctx, controller_opt->count() > 0, state_opt->count() > 0);

@@ -10,11 +10,14 @@ namespace firedrill::cli {
 std::string ContextFile() {
   if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) return std::string(x) + "/firedrill/context";
   const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : "/tmp") + "/.config/firedrill/context";
+  // No home, no context: never a shared place such as /tmp, where another
+  // user could point this CLI at a controller of theirs.
+  return home && *home ? std::string(home) + "/.config/firedrill/context" : "";
 }
 
 SavedContext LoadSavedContext() {
   SavedContext c;
+  if (ContextFile().empty()) return c;
   std::ifstream in(ContextFile());
   for (std::string line; std::getline(in, line);) {
     const size_t eq = line.find('=');
@@ -28,6 +31,7 @@ SavedContext LoadSavedContext() {
 
 void SaveContext(const SavedContext& c) {
   const std::string path = ContextFile();
+  if (path.empty()) return;
   std::string err;
   if (!MakeDirs(path.substr(0, path.rfind('/')), &err)) return;
   std::ofstream(path, std::ios::trunc) << "controller=" << c.controller << "\nstate_dir=" << c.state_dir << "\n";

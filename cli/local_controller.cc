@@ -35,6 +35,17 @@ std::string LogTail(const std::string& path, size_t lines) {
   return out;
 }
 
+// The reason a controller gave for not starting ("firedrill-controller: ..."
+// on its own line) in what its log gained since byte `from`; "" if none.
+std::string StartError(const std::string& path, std::streamoff from) {
+  std::ifstream in(path);
+  in.seekg(from);
+  const std::string prefix = "firedrill-controller: ";
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
+  return "";
+}
+
 bool IsController(int pid) {
   char buf[4096];
   const std::string link = "/proc/" + std::to_string(pid) + "/exe";
@@ -75,6 +86,11 @@ StatusOr<ControllerProcess> StartController(const std::string& listen, const std
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
 
+  std::streamoff log_start = 0;
+  {
+    std::ifstream log(p.log_path, std::ios::ate);
+    if (log) log_start = log.tellg();
+  }
   const pid_t pid = fork();
   if (pid < 0) return Internal("fork failed");
   if (pid == 0) {
@@ -100,8 +116,13 @@ StatusOr<ControllerProcess> StartController(const std::string& listen, const std
   while (std::chrono::steady_clock::now() < deadline) {
     if (auto running = RunningControllerPid(state_dir); running && client.Reachable(std::chrono::milliseconds(200))) {
       p.pid = *running;
+      // The address it actually serves (127.0.0.1 for a 0.0.0.0 listen).
+      if (const std::string bound = ReadFileTrimmed(state_dir + "/controller.addr"); !bound.empty()) p.address = bound;
       return p;
     }
+    // A controller that refused to start (its state dir is locked by
+    // another, a port in use) says why in its log: no need to wait.
+    if (std::string why = StartError(p.log_path, log_start); !why.empty()) return FailedPrecondition(why);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return Unavailable("the controller did not come up within 20 s; its log " + p.log_path +

@@ -10,6 +10,9 @@
 #include <cstdio>
 #include <iterator>
 #include <iostream>
+#include <utility>
+
+#include "controller/job_keys.h"
 
 namespace firedrill::cli {
 
@@ -238,7 +241,9 @@ std::string FixText(const v1::ApplyFixRequest& f) {
 
 void PrintScore(const v1::ScoreReport& r, std::ostream& out) {
   out << "score for session " << r.session_id() << " (" << r.scenario_id() << ")";
-  if (!r.final()) out << ": not scored yet (" << (r.state().empty() ? "in progress" : r.state()) << ")";
+  if (!r.final())
+    out << (r.state() == "aborted" ? ": aborted before it was scored (see `firedrill status`); it will not be scored"
+                                   : ": not scored yet (" + (r.state().empty() ? std::string("in progress") : r.state()) + ")");
   out << "\n";
   if (r.diagnoses_size() > 0) {
     out << "\ndiagnoses:\n";
@@ -260,6 +265,10 @@ void PrintScore(const v1::ScoreReport& r, std::ostream& out) {
   t.Print(out);
   for (const auto& c : r.collateral()) out << "collateral: " << c << "\n";
   if (r.needs_review()) out << "REVIEW: " << r.note() << "\n";
+  if (r.answer_findings_size() == 0) {
+    out << "\n" << r.note() << "\n";  // sealed: ended before a fix
+    return;
+  }
   out << "\nanswer: " << FindingsText(r.answer_findings())
       << (r.runbook().empty() ? "" : "; runbook: " + r.runbook()) << "\n";
 }
@@ -287,7 +296,8 @@ void Progress::Done() {
 
 namespace {
 
-void PrintFields(const google::protobuf::Message& m, const std::string& prefix, std::ostream& out) {
+void PrintFields(const google::protobuf::Message& m, const std::string& prefix,
+                 std::vector<std::pair<std::string, std::string>>* out) {
   namespace pb = google::protobuf;
   const pb::Reflection* ref = m.GetReflection();
   std::vector<const pb::FieldDescriptor*> fields;
@@ -300,21 +310,21 @@ void PrintFields(const google::protobuf::Message& m, const std::string& prefix, 
         PrintFields(ref->GetMessage(m, f), key, out);
         break;
       case pb::FieldDescriptor::CPPTYPE_STRING:
-        out << key << " = " << ref->GetString(m, f) << "\n";
+        out->emplace_back(key, ref->GetString(m, f));
         break;
       case pb::FieldDescriptor::CPPTYPE_BOOL:
-        out << key << " = " << (ref->GetBool(m, f) ? "true" : "false") << "\n";
+        out->emplace_back(key, ref->GetBool(m, f) ? "true" : "false");
         break;
       case pb::FieldDescriptor::CPPTYPE_INT32:
-        out << key << " = " << ref->GetInt32(m, f) << "\n";
+        out->emplace_back(key, std::to_string(ref->GetInt32(m, f)));
         break;
       case pb::FieldDescriptor::CPPTYPE_INT64:
-        out << key << " = " << ref->GetInt64(m, f) << "\n";
+        out->emplace_back(key, std::to_string(ref->GetInt64(m, f)));
         break;
       case pb::FieldDescriptor::CPPTYPE_DOUBLE: {
         char buf[32];
         std::snprintf(buf, sizeof(buf), "%g", ref->GetDouble(m, f));
-        out << key << " = " << buf << "\n";
+        out->emplace_back(key, buf);
         break;
       }
       default:
@@ -329,6 +339,20 @@ bool Stalled(const v1::RankStatus& r) {
   return r.since_last_step_s() >= 5 && r.since_last_step_s() * 1000 >= 20 * r.step_ms();
 }
 
-void PrintConfig(const v1::SessionStatus& st, std::ostream& out) { PrintFields(st.job(), "", out); }
+void PrintConfig(const v1::SessionStatus& st, std::ostream& out) {
+  std::vector<std::pair<std::string, std::string>> kv;
+  PrintFields(st.job(), "", &kv);
+  size_t width = 0;
+  for (const auto& [k, v] : kv) width = std::max(width, k.size() + 3 + v.size());
+  // Each key's class says what a fix may change (controller/job_keys.cc):
+  // operational keys always, workload keys only where the drill allows.
+  for (const auto& [k, v] : kv) {
+    const std::string line = k + " = " + v;
+    out << line << std::string(width - line.size() + 2, ' ') << "# "
+        << controller::JobKeyClassName(controller::ClassOfJobKey(k)) << "\n";
+  }
+}
+
+bool SessionOver(const std::string& state) { return state == "scored" || state == "ended" || state == "aborted"; }
 
 }  // namespace firedrill::cli

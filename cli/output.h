@@ -37,8 +37,11 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out);
 // A running rank that stopped reporting steps: none for 5 s and for at least
 // 20 of its own step times (stuck in a collective, a loader, a hang).
 bool Stalled(const v1::RankStatus& r);
-// The job's settings, one `key = value` line each, with the dotted keys
-// `fix --set` takes; unset (default) fields are left out.
+// True once a session is over: scored, ended or aborted.
+bool SessionOver(const std::string& state);
+// The job's settings, one `key = value  # class` line each, with the dotted
+// keys `fix --set` takes and each key's class (workload, operational,
+// environment); unset (default) fields are left out.
 void PrintConfig(const v1::SessionStatus& st, std::ostream& out);
 void PrintVerification(const v1::Verification& v, std::ostream& out);
 void PrintScore(const v1::ScoreReport& r, std::ostream& out);

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/output.h"
+#include "common/suggest.h"
 #include "controller/scenario_loader.h"
 
 namespace firedrill::cli {
@@ -44,22 +45,6 @@ bool IsSeparator(const std::vector<std::string>& cells) {
   return !cells.empty();
 }
 
-// Edit distance, for "did you mean" on a mistyped skill.
-size_t Distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 bool IsAtom(const std::vector<SkillAtom>& table, const std::string& skill) {
   return std::any_of(table.begin(), table.end(),
                      [&](const SkillAtom& a) { return SameSkill(a.atom, skill); });
@@ -72,7 +57,7 @@ std::string SkillWarning(const std::vector<SkillAtom>& table, const std::string&
   const SkillAtom* best = nullptr;
   size_t best_d = 0;
   for (const auto& a : table) {
-    const size_t d = Distance(Lower(a.atom), Lower(skill));
+    const size_t d = EditDistance(Lower(a.atom), Lower(skill));
     if (!best || d < best_d) best = &a, best_d = d;
   }
   if (best && best_d <= std::max<size_t>(3, skill.size() / 4)) msg += "; did you mean '" + best->atom + "'?";

@@ -14,8 +14,6 @@ namespace firedrill::cli {
 
 namespace {
 
-bool Terminal(const std::string& state) { return state == "scored" || state == "ended" || state == "aborted"; }
-
 // What the session is doing, for the progress line.
 std::string Phase(const v1::SessionStatus& st) {
   const std::string& state = st.session().state();
@@ -137,8 +135,10 @@ int CmdStart(CliContext& ctx, DrillClient& client, const std::string& scenario, 
   if (!st.ok()) return Fail(ctx, st.status());
   const std::string& state = st->session().state();
   if (ctx.json) {
+    if (state != "running")
+      return Fail(ctx, Aborted("session " + info->session_id() + " " + state + ": " + st->session().end_reason()));
     *ctx.out << ToJson(*st) << "\n";
-    return state == "running" ? 0 : 1;
+    return 0;
   }
   if (state != "running") {
     *ctx.err << "error: session " << info->session_id() << " " << state
@@ -218,15 +218,21 @@ int CmdFix(CliContext& ctx, DrillClient& client, const std::vector<int>& replace
     *ctx.out << "fix #" << resp->fix_id() << " applied; this ends the attempt: the job is re-run and measured, then scored\n";
   auto st = WaitWhile(client, *id, {"running", "fixing", "verifying"}, "", 600);
   if (!st.ok()) return Fail(ctx, st.status());
-  if (ctx.json) {
-    *ctx.out << ToJson(st->verification()) << "\n";
-  } else if (st->verification().done()) {
-    PrintVerification(st->verification(), *ctx.out);
-    *ctx.out << "see the score with `firedrill score`\n";
-  } else {
+  if (!st->verification().done()) {
+    // Ended or aborted before it was measured: say so, as an error.
+    if (ctx.json)
+      return Fail(ctx, Aborted("session " + *id + " " + st->session().state() + " before verification: " +
+                               st->session().end_reason()));
     *ctx.out << "session is " << st->session().state()
              << (st->session().end_reason().empty() ? "" : ": " + st->session().end_reason()) << "\n";
     PrintFailureEvents(*st, *ctx.out);
+    return 1;
+  }
+  if (ctx.json) {
+    *ctx.out << ToJson(st->verification()) << "\n";
+  } else {
+    PrintVerification(st->verification(), *ctx.out);
+    *ctx.out << "see the score with `firedrill score`\n";
   }
   return 0;
 }
@@ -258,7 +264,7 @@ int CmdEnd(CliContext& ctx, DrillClient& client) {
   if (!info.ok()) return Fail(ctx, info.status());
   if (ctx.json) *ctx.out << ToJson(*info) << "\n";
   else
-    *ctx.out << "session " << *id << " " << (Terminal(info->state()) ? info->state() : "ending") << "; its agents are "
+    *ctx.out << "session " << *id << " " << (SessionOver(info->state()) ? info->state() : "ending") << "; its agents are "
              << "stopped" << (info->state() == "ended" || info->state() == "scored" ? "; `firedrill score` has the result" : "")
              << "\n";
   return 0;

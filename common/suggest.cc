@@ -13,6 +13,8 @@ std::string Fold(const std::string& s) {
   return out;
 }
 
+}  // namespace
+
 size_t EditDistance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
@@ -27,8 +29,6 @@ size_t EditDistance(const std::string& a, const std::string& b) {
   }
   return row[b.size()];
 }
-
-}  // namespace
 
 std::string ClosestMatch(const std::string& got, const std::vector<std::string>& options) {
   const std::string g = Fold(got);

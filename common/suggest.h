@@ -2,10 +2,14 @@
 // settings).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
 namespace firedrill {
+
+// Levenshtein distance (insertions, deletions, substitutions).
+size_t EditDistance(const std::string& a, const std::string& b);
 
 // The option closest to `got` by edit distance, ignoring case and treating
 // '_' as '-', if it is close enough to be a typo; "" otherwise.

@@ -55,6 +55,9 @@ const std::vector<std::pair<std::string, C>>& Table() {
       {"steps", C::kWorkload},
       {"memory.device_budget_mb", C::kEnvironment},  // what the device is
       {"checkpoint", C::kOperational},
+      // Where checkpoints live is the storage's business; a fix that points
+      // them elsewhere would write wherever the controller's account can.
+      {"checkpoint.dir", C::kEnvironment},
       {"comm", C::kOperational},
       {"threads_per_rank", C::kOperational},
   };

@@ -37,7 +37,7 @@ struct Pairing {
   std::vector<bool> used;  // per submitted finding
 };
 
-Pairing Pair(const std::vector<v1::Finding>& key, const std::vector<v1::Finding>& got) {
+Pairing Pair(const std::vector<v1::Finding>& key, const std::vector<v1::Finding>& got, bool by_class) {
   Pairing p;
   p.exact.assign(key.size(), -1);
   p.by_class.assign(key.size(), -1);
@@ -51,7 +51,7 @@ Pairing Pair(const std::vector<v1::Finding>& key, const std::vector<v1::Finding>
       }
     }
   }
-  for (size_t k = 0; k < key.size(); ++k) {
+  for (size_t k = 0; by_class && k < key.size(); ++k) {
     if (p.exact[k] >= 0) continue;
     const std::string cls = faults::CauseClass(key[k].cause());
     for (size_t g = 0; g < got.size(); ++g) {
@@ -94,9 +94,19 @@ void ScoreDiagnosis(const ScoreInputs& in, const std::vector<v1::Finding>& key, 
     return;
   }
   const std::vector<v1::Finding> got(d->findings().begin(), d->findings().end());
-  const Pairing p = Pair(key, got);
-  const double n = static_cast<double>(key.size());
   const double class_credit = rub.cause() > 0 ? std::min(1.0, rub.cause_class() / static_cast<double>(rub.cause())) : 0;
+  // Without partial credit a wrong cause of the right class is just wrong
+  // (and counts as an extra finding).
+  const Pairing p = Pair(key, got, class_credit > 0);
+  const double n = static_cast<double>(std::max<size_t>(1, key.size()));
+  // The culprit item is about localising: where some findings sit on
+  // ranks, it is earned on those; only a wholly job-wide answer earns it by
+  // naming no rank (for the right cause).
+  bool any_ranks = false;
+  for (const auto& k : key) any_ranks = any_ranks || k.culprit_ranks_size() > 0;
+  double nc = 0;
+  for (const auto& k : key) nc += (!any_ranks || k.culprit_ranks_size() > 0) ? 1 : 0;
+  nc = std::max(1.0, nc);
 
   double cause_credit = 0, culprit_credit = 0;
   std::string cause_why, culprit_why;
@@ -113,6 +123,7 @@ void ScoreDiagnosis(const ScoreInputs& in, const std::vector<v1::Finding>& key, 
     } else {
       add(&cause_why, "'" + key[k].cause() + "' was not named");
     }
+    if (any_ranks && key[k].culprit_ranks_size() == 0) continue;  // job-wide, among localised ones
     // One finding each side: its ranks count whatever cause it names (the
     // culprit is a separate skill from the cause).
     if (g < 0 && key.size() == 1 && got.size() == 1) g = 0;
@@ -141,7 +152,7 @@ void ScoreDiagnosis(const ScoreInputs& in, const std::vector<v1::Finding>& key, 
                         std::to_string(static_cast<int>(std::lround(rub.cause() / n))) + ")");
   }
   const int cause_pts = static_cast<int>(std::lround(std::clamp(cause_credit / n, 0.0, 1.0) * rub.cause()));
-  const int culprit_pts = static_cast<int>(std::lround(std::clamp(culprit_credit / n, 0.0, 1.0) * rub.culprit()));
+  const int culprit_pts = static_cast<int>(std::lround(std::clamp(culprit_credit / nc, 0.0, 1.0) * rub.culprit()));
   *r->add_items() = Item("cause", cause_pts, rub.cause(), cause_why);
   *r->add_items() = Item("culprit", culprit_pts, rub.culprit(), culprit_why);
 }
@@ -237,6 +248,13 @@ v1::ScoreReport Score(const ScoreInputs& in) {
   for (const auto& it : r.items()) total += it.points();
   r.set_total(std::max(0, total));
   r.set_max_total(rub.cause() + rub.culprit() + rub.fix() + rub.time());
+  // A session ended before any fix (given up, or out of time) keeps its
+  // answer sealed: ending at once must not be a way to read the key (and,
+  // with the same seed, to ace the next session).
+  if (rec.info().state() == "ended" && !rec.fix_applied()) {
+    r.set_note("ended before a fix: the answer stays sealed; play the drill again in a new session");
+    return r;
+  }
   if (!key.empty()) {
     r.set_answer_cause(key[0].cause());
     *r.mutable_answer_culprit_ranks() = key[0].culprit_ranks();

@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "common/paths.h"
+#include "controller/draws.h"
 #include "controller/scenario_loader.h"
 
 namespace firedrill::controller {
@@ -107,19 +108,24 @@ Status Server::Start() {
     if (!opts_.agent_listen.empty()) spdlog::info("remote agents may register on {}", opts_.agent_listen);
   }
 
+  // The session manager is ready (sessions loaded, launcher dialling the
+  // agents' listener) before any learner can call it.
+  auto key = LoadOrCreateDrawKey(opts_.state_dir + "/draw.key");
+  if (!key.ok()) return key.status();
+  SessionManagerOptions sm;
+  sm.state_dir = opts_.state_dir;
+  sm.agent_bin = opts_.agent_bin;
+  sm.local_launcher = opts_.local_launcher;
+  sm.draw_key = *key;
+  sessions_ = std::make_unique<SessionManager>(sm, store_.get(), pool_.get(), std::move(scenarios).value());
+  sessions_->SetAgentDialAddress(agent_bound_);
+  FD_RETURN_IF_ERROR(sessions_->Init());
+
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(opts_.listen, grpc::InsecureServerCredentials(), &port);
   KeepAlive(builder);
-
-  // Agents dial the bound address, known only after BuildAndStart; the
-  // manager starts its launcher once told (SetAgentDialAddress).
-  SessionManagerOptions sm;
-  sm.state_dir = opts_.state_dir;
-  sm.agent_bin = opts_.agent_bin;
-  sm.local_launcher = opts_.local_launcher;
-  sessions_ = std::make_unique<SessionManager>(sm, store_.get(), pool_.get(), std::move(scenarios).value());
   drill_ = std::make_unique<DrillService>(sessions_.get());
   builder.RegisterService(drill_.get());
   server_ = builder.BuildAndStart();
@@ -129,8 +135,6 @@ Status Server::Start() {
   const std::string host = opts_.listen.substr(0, opts_.listen.rfind(':'));
   const std::string dial_host = (host == "0.0.0.0" || host == "[::]" || host.empty()) ? "127.0.0.1" : host;
   bound_ = dial_host + ":" + std::to_string(port);
-  sessions_->SetAgentDialAddress(agent_bound_);
-  FD_RETURN_IF_ERROR(sessions_->Init());
 
   std::ofstream(opts_.state_dir + "/controller.addr") << bound_ << "\n";
   spdlog::info("firedrill-controller listening on {} (agents on {}, state {})", bound_, agent_bound_,

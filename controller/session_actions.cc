@@ -4,6 +4,7 @@
 // after the first is priced); the one fix ends the attempt; a fix may change
 // operational settings, and workload settings only where the drill allows.
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "common/clock.h"
@@ -27,6 +28,15 @@ Status AfterTheFix(const std::string& id, const std::string& state) {
     return FailedPrecondition("session " + id + " has its fix; it is being verified (`firedrill status`), and "
                               "the diagnosis in force when the fix was applied is the one scored");
   return FailedPrecondition("session " + id + " has already ended (" + state + "); start a new session to try again");
+}
+
+// True if the absolute `path` is `dir` or inside it, after resolving ".."
+// lexically.
+bool InsideDir(const std::string& path, const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (!fs::path(path).is_absolute()) return false;
+  const auto rel = fs::path(path).lexically_normal().lexically_relative(fs::path(dir).lexically_normal());
+  return !rel.empty() && *rel.begin() != "..";
 }
 
 Status CheckFinding(const v1::Finding& f, int world, const std::string& where) {
@@ -71,6 +81,7 @@ StatusOr<v1::SubmitDiagnosisResponse> SessionManager::Diagnose(const v1::SubmitD
                               " is still measuring its healthy baseline; diagnose once it is running");
   }
   if (state != kRunning || s.fix_pending) return AfterTheFix(req.session_id(), state);
+  if (s.end_requested) return FailedPrecondition("session " + req.session_id() + " is ending (" + s.end_reason + ")");
   if (!req.cause().empty() && req.findings_size() > 0)
     return InvalidArgument("give either one cause (cause, culprit_ranks) or several findings, not both");
   const std::vector<v1::Finding> findings = FindingsOf(req);
@@ -114,6 +125,7 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& re
                               " is still measuring its baseline; fix it once it is running");
   }
   if (state != kRunning || s.fix_pending) return AfterTheFix(req.session_id(), state);
+  if (s.end_requested) return FailedPrecondition("session " + req.session_id() + " is ending (" + s.end_reason + ")");
   const bool empty = req.replace_host_ranks().empty() && req.settings().empty();
   if (empty && !req.no_change()) {
     return InvalidArgument(
@@ -137,6 +149,13 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& re
     if (!keys.insert(kv.key()).second) return InvalidArgument("--set " + kv.key() + " is given twice");
     if (Status st = ApplyJobSetting(&trial, kv.key(), kv.value()); !st.ok()) return st;
     const JobKeyClass cls = ClassOfJobKey(kv.key());
+    // A resume reads the session's own checkpoints, nothing else on the
+    // controller's machine.
+    if (kv.key() == "checkpoint.resume_from" && !kv.value().empty() && kv.value() != "latest" &&
+        !InsideDir(kv.value(), s.rec.job().checkpoint().dir())) {
+      return InvalidArgument("checkpoint.resume_from takes 'latest' or a step directory under the job's checkpoint "
+                             "directory (e.g. " + s.rec.job().checkpoint().dir() + "/step-200)");
+    }
     if (cls == JobKeyClass::kEnvironment) {
       return InvalidArgument(kv.key() + " describes the machine, not the job (storage, device): no fix changes it");
     }
@@ -184,6 +203,7 @@ StatusOr<v1::RequestHintResponse> SessionManager::Hint(const std::string& id) {
   if (state == kCreated || state == kBaseline)
     return FailedPrecondition("session " + id + " is still measuring its baseline; hints are for the drill itself");
   if (state != kRunning || s.fix_pending) return AfterTheFix(id, state);
+  if (s.end_requested) return FailedPrecondition("session " + id + " is ending (" + s.end_reason + ")");
   const auto& hints = s.scenario->hints();
   if (s.rec.hints_used() >= hints.size()) {
     return FailedPrecondition("no more hints: all " + std::to_string(hints.size()) + " have been used");

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/suggest.h"
+#include "controller/draws.h"
 #include "controller/run_metrics.h"
 #include "controller/scenario_loader.h"
 #include "controller/scorer.h"
@@ -160,12 +161,7 @@ std::vector<v1::ScenarioSummary> SessionManager::ListScenarios() const {
 
 StatusOr<v1::ScenarioDetail> SessionManager::GetScenario(const std::string& id) const {
   const v1::Scenario* sc = FindScenario(id);
-  if (sc == nullptr) {
-    std::vector<std::string> ids;
-    for (const auto& s : scenarios_) ids.push_back(s.id());
-    return NotFound("unknown scenario '" + id + "'" + DidYouMean(id, ids) +
-                    " (`firedrill scenarios list` shows them)");
-  }
+  if (sc == nullptr) return NotFound(UnknownScenario(id));
   v1::ScenarioDetail d;
   d.set_id(sc->id());
   d.set_title(sc->title());
@@ -212,16 +208,19 @@ std::string SessionManager::NewSessionIdLocked() {
   }
 }
 
+std::string SessionManager::UnknownScenario(const std::string& id) const {
+  std::vector<std::string> ids;
+  std::string all;
+  for (const auto& s : scenarios_) {
+    ids.push_back(s.id());
+    all += (all.empty() ? "" : ", ") + s.id();
+  }
+  return "unknown scenario '" + id + "'" + DidYouMean(id, ids) + "; available: " + all;
+}
+
 StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& req) {
   const v1::Scenario* sc = FindScenario(req.scenario_id());
-  if (sc == nullptr) {
-    std::vector<std::string> ids;
-    for (const auto& s : scenarios_) ids.push_back(s.id());
-    std::string all;
-    for (const auto& i : ids) all += (all.empty() ? "" : ", ") + i;
-    return NotFound("unknown scenario '" + req.scenario_id() + "'" + DidYouMean(req.scenario_id(), ids) +
-                    "; available: " + all);
-  }
+  if (sc == nullptr) return NotFound(UnknownScenario(req.scenario_id()));
   if (req.seed() < 0) return InvalidArgument("--seed must be positive (or 0 for a random one), got " +
                                              std::to_string(req.seed()));
   auto s = std::make_shared<Session>();
@@ -242,31 +241,33 @@ StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& r
     std::lock_guard<std::mutex> lock(mu_);
     if (shutting_down_) return Unavailable("the controller is shutting down");
     info.set_session_id(NewSessionIdLocked());
-    sessions_[info.session_id()] = s;  // reserves the id
   }
+  // Everything the learner can read is complete before the session is
+  // published: its hosts, its sealed faults (so its config shows the
+  // deployed job from the first look) and its checkpoint directory.
+  // Agents: one host each, named like a small cluster (remote agents bring
+  // their own names: Drive binds the faults to them).
+  for (int r = 0; r < sc->job().world_size(); ++r) {
+    s->rec.add_hosts("node-" + std::to_string(s->rec.next_host_index()));
+    s->rec.set_next_host_index(s->rec.next_host_index() + 1);
+  }
+  if (Status st = SealAnswer(*s); !st.ok()) return FailedPrecondition("scenario " + sc->id() + ": " + st.message());
   if (s->rec.job().checkpoint().dir().empty()) {
     const std::string dir = SessionCheckpointDir(opts_.state_dir, info.session_id());
     std::string err;
-    if (!MakeDirs(dir, &err)) {
-      std::lock_guard<std::mutex> lock(mu_);
-      sessions_.erase(info.session_id());
-      return Internal("session checkpoint directory: " + err);
-    }
+    if (!MakeDirs(dir, &err)) return Internal("session checkpoint directory: " + err);
     s->rec.mutable_job()->mutable_checkpoint()->set_dir(dir);
   }
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    Save(*s);  // the row first: events reference it
-    AddEvent(*s, "created", -1, "session created for scenario " + sc->id() + " (seed " + std::to_string(info.seed()) + ")");
-  }
+  Save(*s);  // the row first: events reference it
+  AddEvent(*s, "created", -1, "session created for scenario " + sc->id() + " (seed " + std::to_string(info.seed()) + ")");
   const v1::SessionInfo out = info;
   std::lock_guard<std::mutex> lock(mu_);
-  if (shutting_down_) {
-    std::lock_guard<std::mutex> g(s->mu);
+  if (shutting_down_ || sessions_.count(info.session_id())) {
     s->rec.mutable_info()->set_end_reason("the controller shut down before the session started");
     SetState(*s, kAborted);
-    return Unavailable("the controller is shutting down");
+    return Unavailable(shutting_down_ ? "the controller is shutting down" : "session id collision; start again");
   }
+  sessions_[info.session_id()] = s;
   // Assigned under mu_ (and join_mu): Shutdown lists sessions under mu_,
   // so it either sees this driver or prevents it.
   std::lock_guard<std::mutex> g(s->join_mu);
@@ -295,7 +296,7 @@ std::vector<v1::SessionInfo> SessionManager::List() {
 Status SessionManager::SealAnswer(Session& s) {
   const v1::Scenario& sc = *s.scenario;
   std::vector<std::string> hosts(s.rec.hosts().begin(), s.rec.hosts().end());
-  auto faults = faults::ResolveFaults(sc, static_cast<uint64_t>(s.rec.info().seed()), hosts);
+  auto faults = faults::ResolveFaults(sc, DrawSeed(opts_.draw_key, s.rec.info().seed()), hosts);
   if (!faults.ok()) return faults.status();
   for (auto& f : *faults) *s.rec.add_faults() = f;
   std::vector<v1::AnswerFinding> key(sc.answer().findings().begin(), sc.answer().findings().end());
@@ -321,13 +322,17 @@ Status SessionManager::SealAnswer(Session& s) {
 
 void SessionManager::Finish(Session& s, Lock& lock, const std::string& state) {
   Teardown(s, lock);  // first, so a finished session has no agents left
+  // The report carries the state it is final in; the row follows it, so a
+  // crash in between leaves a scored session that is still marked live
+  // (aborted on restart), never a final state without its score.
+  s.rec.mutable_info()->set_state(state);
+  if (state != kScored) s.rec.mutable_info()->set_end_reason(s.end_reason);
   const v1::ScoreReport score = ComputeScore(s);
   s.rec.mutable_info()->set_total_score(score.total());
   if (Status st = store_->SaveScore(score, NowMs()); !st.ok()) spdlog::error("{}", st.message());
   AddEvent(s, state == kScored ? "scored" : "ended", -1,
            (state == kScored ? "" : s.end_reason + "; ") + "score " + std::to_string(score.total()) + "/" +
                std::to_string(score.max_total()));
-  if (state != kScored) s.rec.mutable_info()->set_end_reason(s.end_reason);
   SetState(s, state);
 }
 
@@ -348,19 +353,17 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
     Finish(s, lock, kEnded);
   };
 
-  // Agents: one host each, named like a small cluster. Every draw is fixed
-  // now; the answer key is sealed in the record.
-  for (int r = 0; r < sc.job().world_size(); ++r) {
-    s.rec.add_hosts("node-" + std::to_string(s.rec.next_host_index()));
-    s.rec.set_next_host_index(s.rec.next_host_index() + 1);
-  }
-  if (Status st = SealAnswer(s); !st.ok()) return abort("scenario error: " + st.message());
-  Save(s);
   if (Status st = EnsureAgents(s, lock); !st.ok()) {
     if (s.end_requested) return ended();
     return abort("could not start the job's agents: " + st.message());
   }
   if (s.end_requested) return ended();
+  // A host-level fault belongs to the host that holds its rank now: remote
+  // agents brought their own host names.
+  for (auto& f : *s.rec.mutable_faults()) {
+    if (!f.host().empty() && f.rank() >= 0 && f.rank() < s.rec.hosts_size()) f.set_host(s.rec.hosts(f.rank()));
+  }
+  Save(s);
 
   // Healthy baseline of the same job on this machine, faults off.
   SetState(s, kBaseline);
@@ -392,11 +395,11 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   StartRun(s, "main", kUnboundedSteps, true);
   const auto limit = std::chrono::seconds(TimeLimitS(sc.rubric()));
   const bool acted = s.cv.wait_for(lock, limit, [&] { return s.end_requested || s.fix_pending; });
-  if (s.end_requested) return ended();
   if (!acted) {
+    s.end_requested = true;  // no action is taken while it ends
     s.end_reason = "the time limit (" + std::to_string(limit.count()) + " s) ran out before a fix";
-    return ended();
   }
+  if (s.end_requested) return ended();
 
   // The learner's fix, then a measured verification.
   SetState(s, kFixing);
@@ -478,6 +481,7 @@ Status SessionManager::EnsureAgents(Session& s, Lock& lock) {
         std::lock_guard<std::mutex> g(mu_);
         if (a.busy || agent_session_.count(a.agent_id) || busy_hosts.count(a.host)) continue;
         agent_session_[a.agent_id] = s.rec.info().session_id();
+        s.retired.erase(a.agent_id);  // an agent we stopped earlier, free again: it speaks again
         r = Rank{};
         r.agent_id = a.agent_id;
         r.host = a.host;
@@ -545,6 +549,7 @@ void SessionManager::StartRun(Session& s, const std::string& kind, int64_t steps
     *job->mutable_job() = job_spec ? *job_spec : s.rec.job();
     job->set_seed(s.rec.info().seed());
     job->set_max_steps(steps);
+    job->set_dump_flight_recorder(ToolOffered(s, "flight_recorder").ok());
     if (with_faults) {
       for (auto f : faults::FaultsFor(all, rank, r.host)) {
         // A fault that belongs to a host is already there when a later run
@@ -680,6 +685,7 @@ void SessionManager::OnSteps(const std::string& agent_id, const v1::StepBatch& b
   for (const auto& step : batch.steps()) {
     if (step.rank() < 0 || step.rank() >= static_cast<int>(s->ranks.size())) continue;
     Rank& r = s->ranks[step.rank()];
+    if (r.agent_id != agent_id) continue;  // an agent reports for its own rank only
     r.steps.push_back(step);
     // Keep the newest: drop the older half when the cap is reached, so the
     // cost per report stays constant.
@@ -783,7 +789,9 @@ StatusOr<v1::SessionInfo> SessionManager::End(const std::string& id) {
   }
   s.cv.notify_all();
   JoinDriver(s);
-  std::lock_guard<std::mutex> lock(s.mu);
+  // A driver still starting (or a Shutdown joining it) finishes it: wait.
+  Lock lock(s.mu);
+  s.cv.wait_for(lock, std::chrono::seconds(60), [&] { return TerminalState(s.rec.info().state()); });
   return s.rec.info();
 }
 

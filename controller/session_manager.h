@@ -50,6 +50,8 @@ struct SessionManagerOptions {
   // verification read at most a few hundred; a drill's job runs until the
   // learner fixes it.
   size_t steps_kept = 4000;
+  // Keys the session seed into the draws (controller/draws.h).
+  std::string draw_key;
 };
 
 // Session states.
@@ -154,6 +156,7 @@ class SessionManager : public AgentListener {
   std::shared_ptr<Session> SessionOfAgent(const std::string& agent_id);
   const v1::Scenario* FindScenario(const std::string& id) const;
   std::string NewSessionIdLocked();  // mu_ held: unused in memory and in the store
+  std::string UnknownScenario(const std::string& id) const;
 
   // Driver steps; each is called with the session lock held.
   void Drive(std::shared_ptr<Session> s);

@@ -36,6 +36,7 @@ v1::Verification SessionManager::VerifyFix(Session& s, Lock& lock) {
   for (int i = 0; i < n; ++i) {
     MeasuredPair p;
     const std::string of = " " + std::to_string(i + 1) + "/" + std::to_string(n);
+    if (Status st = EnsureAgents(s, lock); !st.ok()) return failed("could not restart the job's agents: " + st.message());
     AddEvent(s, "verification", -1, "pair" + of + ": measuring the healthy job");
     Status a = MeasureRun(s, lock, "healthy", &s.healthy_job, false, &p.healthy);
     if (!a.ok() && !s.end_requested) {
@@ -47,14 +48,13 @@ v1::Verification SessionManager::VerifyFix(Session& s, Lock& lock) {
     if (s.end_requested) return failed("the session ended during verification");
     if (!a.ok()) return failed("the healthy comparison run did not complete: " + a.message());
     AddEvent(s, "verification", -1, "pair" + of + ": measuring the fixed job");
+    // Every run starts on a full set of agents (one lost in the healthy run
+    // is the machine's doing, not the fix's).
+    if (Status st = EnsureAgents(s, lock); !st.ok()) return failed("could not restart the job's agents: " + st.message());
     const Status b = MeasureRun(s, lock, "verify", nullptr, true, &p.fixed);
     if (s.end_requested) return failed("the session ended during verification");
     if (!b.ok()) return failed("the fixed job did not complete a verification window: " + b.message());
     pairs.push_back(p);
-    // A failed run may have left agents behind: every pair starts complete.
-    if (i + 1 < n) {
-      if (Status st = EnsureAgents(s, lock); !st.ok()) return failed("could not restart the job's agents: " + st.message());
-    }
   }
   return Verify(pairs, spec);
 }

@@ -33,6 +33,8 @@ std::set<std::string> Features(const v1::JobSpec& job) {
   std::set<std::string> f;
   std::istringstream in(out.str());
   for (std::string line; std::getline(in, line);) {
+    line = line.substr(0, line.find("  #"));  // the key's class
+    while (!line.empty() && line.back() == ' ') line.pop_back();
     const size_t eq = line.find(" = ");
     if (eq == std::string::npos) continue;
     const std::string key = line.substr(0, eq), value = line.substr(eq + 3);

@@ -86,6 +86,65 @@ TEST_F(CliArgsTest, NoSubcommandIsUsageError) {
   ExpectOneLineError(r);
 }
 
+TEST_F(CliArgsTest, FiredrillAlonePrintsTheHelp) {
+  const Result r = Run({}, false);
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(Has(r.out, "diagnose")) << r.out;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+TEST_F(CliArgsTest, AMistypedCommandGetsADidYouMean) {
+  const Result r = Run({"statsu"});
+  EXPECT_EQ(r.code, 2);
+  ExpectOneLineError(r);
+  EXPECT_TRUE(Has(r.err, "did you mean 'status'?")) << r.err;
+}
+
+TEST_F(CliArgsTest, DiagnoseHelpListsTheCausesWithTheirMeaning) {
+  const Result r = Run({"diagnose", "--help"}, false);
+  EXPECT_EQ(r.code, 0);
+  for (const char* c : {"straggler:", "slow-link:", "no-fault:", "data-loader-starvation:"})
+    EXPECT_TRUE(Has(r.out, c)) << c << " in " << r.out;
+}
+
+TEST_F(CliArgsTest, BadInputIsRefusedBeforeAnyCall) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"start", "throughput-halved", "--seed", "-5"},
+           {"--session", "s-1", "diagnose", "--cause", "straggler", "--rank", "1", "--rank", "1"},
+           {"--session", "s-1", "diagnose", "--cause", "straggler:1", "--cause", "slow-link", "--rank", "2"},
+           {"--session", "s-1", "fix"},
+           {"--session", "s-1", "fix", "--replace-host", "1", "--replace-host", "1"}}) {
+    const Result r = Run(args);
+    EXPECT_EQ(r.code, 1) << args[0];
+    ExpectOneLineError(r);
+    EXPECT_FALSE(Has(r.err, "no controller answers")) << "refused only at the controller: " << r.err;
+  }
+}
+
+TEST_F(CliArgsTest, ErrorsAreJsonUnderJson) {
+  const Result r = Run({"--json", "--session", "s-1", "status"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err.rfind("{\"error\":{", 0), 0u) << r.err;
+  EXPECT_TRUE(Has(r.err, "\"code\":\"UNAVAILABLE\"")) << r.err;
+}
+
+TEST(FindingsFromFlagsTest, OneCauseTakesTheRanksSeveralCarryTheirOwn) {
+  auto one = FindingsFromFlags({"straggler"}, {2, 3});
+  ASSERT_TRUE(one.ok());
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ((*one)[0].culprit_ranks_size(), 2);
+  auto two = FindingsFromFlags({"padding-waste", "straggler:1,3"}, {});
+  ASSERT_TRUE(two.ok()) << two.status().message();
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_EQ((*two)[0].culprit_ranks_size(), 0);
+  EXPECT_EQ((*two)[1].cause(), "straggler");
+  EXPECT_EQ((*two)[1].culprit_ranks(1), 3);
+  EXPECT_FALSE(FindingsFromFlags({"straggler:x"}, {}).ok());
+  EXPECT_FALSE(FindingsFromFlags({"straggler:"}, {}).ok());
+  EXPECT_FALSE(FindingsFromFlags({":2"}, {}).ok());
+  EXPECT_FALSE(FindingsFromFlags({"a", "b"}, {1}).ok()) << "--rank with two causes is ambiguous";
+}
+
 TEST_F(CliArgsTest, DiagnoseWithoutCauseIsUsageError) {
   const Result r = Run({"diagnose", "--rank", "2"});
   EXPECT_EQ(r.code, 2);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 namespace firedrill::controller {
@@ -322,6 +323,74 @@ TEST(ValidateJob, PrefixesWhere) {
   job.mutable_optim()->set_momentum(1.0);
   EXPECT_EQ(ValidateJob(job, "job").message(), "job: optim.momentum: must be in [0, 1), got 1");
   EXPECT_TRUE(ValidateJob(GoodJob(), "job").ok());
+}
+
+}  // namespace
+}  // namespace firedrill::controller
+
+namespace firedrill::controller {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Every enum-like job key refuses a value it does not know, wherever it
+// comes from (a scenario file or `fix --set`): a typo never silently
+// selects a default (comm.transport 'glo' once meant shared memory).
+TEST(ScenarioLoader, EveryEnumLikeKeyRefusesATypo) {
+  auto sc = LoadScenarioFile(FIREDRILL_SOURCE_DIR "/scenarios/throughput-halved.yaml");
+  ASSERT_TRUE(sc.ok()) << sc.status().message();
+  for (const char* key : {"model.kind", "data.sampler", "data.source", "optim.kind", "optim.lr_scaling", "precision",
+                          "loss_scale.mode", "comm.backend", "comm.transport"}) {
+    v1::JobSpec job = sc->job();
+    const Status st = ApplyJobSetting(&job, key, "glo");
+    EXPECT_FALSE(st.ok()) << key;
+    EXPECT_NE(st.message().find("must be one of"), std::string::npos) << key << ": " << st.message();
+  }
+}
+
+TEST(ScenarioLoader, FoldersAddUpAndAnIdUsedTwiceNamesBothFiles) {
+  const std::string shipped = FIREDRILL_SOURCE_DIR "/scenarios";
+  auto one = LoadScenarioDirs({shipped});
+  ASSERT_TRUE(one.ok());
+  const fs::path mine = fs::temp_directory_path() / ("fd-mine-" + std::to_string(::getpid()));
+  fs::create_directories(mine);
+  fs::copy_file(shipped + "/throughput-halved.yaml", mine / "copy.yaml", fs::copy_options::overwrite_existing);
+  auto dup = LoadScenarioDirs({shipped, mine.string()});
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.status().message().find("duplicate scenario id 'throughput-halved'"), std::string::npos)
+      << dup.status().message();
+  EXPECT_NE(dup.status().message().find("copy.yaml"), std::string::npos) << dup.status().message();
+  std::string text;
+  {
+    std::ifstream in(mine / "copy.yaml");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  const size_t at = text.find("id: throughput-halved");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 21, "id: my-own-drill");
+  std::ofstream(mine / "copy.yaml") << text;
+  auto both = LoadScenarioDirs({shipped, mine.string()});
+  ASSERT_TRUE(both.ok()) << both.status().message();
+  EXPECT_EQ(both->size(), one->size() + 1);
+  fs::remove_all(mine);
+}
+
+TEST(ScenarioLoader, WarnsWhenWhatALearnerReadsNamesTheAnswer) {
+  auto sc = LoadScenarioFile(FIREDRILL_SOURCE_DIR "/scenarios/throughput-halved.yaml");
+  ASSERT_TRUE(sc.ok());
+  EXPECT_TRUE(ScenarioWarnings(*sc).empty());
+  v1::Scenario s = *sc;
+  s.set_id("straggler-basic");
+  s.set_briefing("One host's link is a slow link now.");
+  const auto w = ScenarioWarnings(s);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NE(w[0].find("id names the"), std::string::npos) << w[0];
+  EXPECT_NE(w[1].find("briefing names the fault kind 'slow_link'"), std::string::npos) << w[1];
+  s.set_briefing("No rank crashed.");  // whole words only: "crashed" is no cause
+  s.set_id("throughput-halved");
+  EXPECT_TRUE(ScenarioWarnings(s).empty());
 }
 
 }  // namespace

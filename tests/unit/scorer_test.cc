@@ -172,6 +172,31 @@ TEST_F(ScorerTest, WrongCauseOfTheRightClassEarnsThePartialPoints) {
   scenario.mutable_rubric()->set_cause_class(0);  // rubric without partial credit
   Diagnose({F("padding-waste", {})});
   EXPECT_EQ(ItemNamed(Score(in), "cause").points(), 0);
+  // ...and a same-class guess beside the right cause is an extra finding.
+  scenario.mutable_rubric()->set_cause_class(15);
+  record.clear_answer_findings();
+  *record.add_answer_findings() = F("data-loader-starvation", {});
+  *record.add_answer_findings() = F("straggler", {1});
+  Diagnose({F("straggler", {1}), F("padding-waste", {})});
+  // (1 + 15/40) / 2 of 40: the straggler in full, the input-pipeline half at class credit.
+  EXPECT_EQ(ItemNamed(Score(in), "cause").points(), 28);
+  scenario.mutable_rubric()->set_cause_class(0);
+  EXPECT_EQ(ItemNamed(Score(in), "cause").points(), 0) << "right half 20, the extra finding takes 20 back";
+}
+
+TEST_F(ScorerTest, AnEndedSessionWithoutAFixKeepsItsAnswerSealed) {
+  record.set_fix_applied(false);
+  record.clear_fix();
+  record.mutable_info()->set_state("ended");
+  const v1::ScoreReport r = Score(in);
+  EXPECT_TRUE(r.final());
+  EXPECT_EQ(ItemNamed(r, "cause").points(), 40);  // what was submitted is scored
+  EXPECT_EQ(r.answer_findings_size(), 0);
+  EXPECT_TRUE(r.answer_cause().empty());
+  EXPECT_TRUE(r.runbook().empty());
+  EXPECT_NE(r.note().find("stays sealed"), std::string::npos) << r.note();
+  record.mutable_info()->set_state("scored");  // scored after a fix: revealed
+  EXPECT_EQ(Score(in).answer_cause(), "straggler");
 }
 
 TEST_F(ScorerTest, NoDiagnosis) {
@@ -284,8 +309,15 @@ TEST_F(ScorerTest, TwoFindingsShareThePointsAndAnExtraOneCosts) {
   Diagnose({F("straggler", {2})});  // half the answer
   r = Score(in);
   EXPECT_EQ(ItemNamed(r, "cause").points(), 20);
-  EXPECT_EQ(ItemNamed(r, "culprit").points(), 10);
+  // The culprit item is earned where the answer sits on ranks: here it is
+  // all the straggler's.
+  EXPECT_EQ(ItemNamed(r, "culprit").points(), 20);
   EXPECT_NE(ItemNamed(r, "cause").reason().find("'padding-waste' was not named"), std::string::npos);
+  Diagnose({F("padding-waste", {})});  // the other half: the job-wide cause
+  r = Score(in);
+  EXPECT_EQ(ItemNamed(r, "cause").points(), 20);
+  EXPECT_EQ(ItemNamed(r, "culprit").points(), 0);
+  EXPECT_NE(ItemNamed(r, "cause").reason().find("'straggler' was not named"), std::string::npos);
 
   // Naming every cause does not pay: each one that is not a cause here
   // takes back a finding's share.
