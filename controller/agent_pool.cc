@@ -62,10 +62,11 @@ grpc::Status AgentPool::Connect(grpc::ServerContext* ctx,
 
   std::string reason = "stream closed";
   while (stream->Read(&msg)) {
-    if (listener_ == nullptr) continue;
+    AgentListener* listener = listener_.load();
+    if (listener == nullptr) continue;
     switch (msg.msg_case()) {
       case v1::AgentMessage::kSteps:
-        listener_->OnSteps(id, msg.steps());
+        listener->OnSteps(id, msg.steps());
         break;
       case v1::AgentMessage::kEvent:
         if (msg.event().kind() == v1::JobEvent::FINISHED || msg.event().kind() == v1::JobEvent::FAILED) {
@@ -75,13 +76,13 @@ grpc::Status AgentPool::Connect(grpc::ServerContext* ctx,
             conn->info.busy = false;
           }
         }
-        listener_->OnJobEvent(id, msg.event());
+        listener->OnJobEvent(id, msg.event());
         break;
       case v1::AgentMessage::kFlightRecord:
-        listener_->OnFlightRecord(id, msg.flight_record());
+        listener->OnFlightRecord(id, msg.flight_record());
         break;
       case v1::AgentMessage::kProbeReport:
-        listener_->OnProbeReport(id, msg.probe_report());
+        listener->OnProbeReport(id, msg.probe_report());
         break;
       default:
         break;  // heartbeats only keep the stream alive
@@ -99,7 +100,8 @@ grpc::Status AgentPool::Connect(grpc::ServerContext* ctx,
     conn->stream = nullptr;
   }
   spdlog::info("agent {} disconnected ({})", id, reason);
-  if (listener_) listener_->OnAgentGone(id, "lost contact with the controller (" + reason + ")");
+  if (AgentListener* listener = listener_.load())
+    listener->OnAgentGone(id, "lost contact with the controller (" + reason + ")");
   return grpc::Status::OK;
 }
 

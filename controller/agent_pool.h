@@ -10,6 +10,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -44,7 +45,9 @@ class AgentListener {
 
 class AgentPool final : public v1::AgentLink::Service {
  public:
-  void SetListener(AgentListener* listener) { listener_ = listener; }
+  // May be set while agents are connected (the agents' listener starts
+  // before the session manager exists).
+  void SetListener(AgentListener* listener) { listener_.store(listener); }
   // Remote agents must present this token; empty: remote agents are refused.
   void SetPoolToken(std::string token);
   // The agent `agent_id` (about to be launched) may join with `token`.
@@ -78,7 +81,7 @@ class AgentPool final : public v1::AgentLink::Service {
   std::map<std::string, std::shared_ptr<Conn>> conns_;
   std::map<std::string, std::string> expected_;  // agent id -> join token
   std::string pool_token_;
-  AgentListener* listener_ = nullptr;
+  std::atomic<AgentListener*> listener_{nullptr};
 };
 
 }  // namespace firedrill::controller
