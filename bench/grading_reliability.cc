@@ -90,15 +90,8 @@ v1::ApplyFixRequest AcceptedFix(const v1::Scenario& sc, const std::vector<v1::Re
 v1::SubmitDiagnosisRequest RightDiagnosis(const v1::Scenario& sc, const std::vector<v1::ResolvedFault>& faults,
                                           int* first_culprit) {
   v1::SubmitDiagnosisRequest d;
-  std::vector<v1::AnswerFinding> key(sc.answer().findings().begin(), sc.answer().findings().end());
-  if (key.empty()) {
-    v1::AnswerFinding one;
-    one.set_cause(sc.answer().cause());
-    *one.mutable_culprit_ranks() = sc.answer().culprit_ranks();
-    key.push_back(one);
-  }
   *first_culprit = -1;
-  for (const auto& k : key) {
+  for (const auto& k : faults::AnswerKey(sc)) {
     v1::Finding* f = d.add_findings();
     f->set_cause(k.cause());
     for (const auto& ref : k.culprit_ranks()) {

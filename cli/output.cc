@@ -35,25 +35,20 @@ void Table::Print(std::ostream& out) const {
   }
 }
 
-std::string ToJson(const google::protobuf::Message& msg) {
+namespace {
+std::string Json(const google::protobuf::Message& msg, bool whitespace) {
   google::protobuf::util::JsonPrintOptions opt;
-  opt.add_whitespace = true;
+  opt.add_whitespace = whitespace;
   opt.always_print_primitive_fields = true;
   opt.preserve_proto_field_names = true;
   std::string out;
   (void)google::protobuf::util::MessageToJsonString(msg, &out, opt);
   return out;
 }
+}  // namespace
 
-std::string ToJsonLine(const google::protobuf::Message& msg) {
-  google::protobuf::util::JsonPrintOptions opt;
-  opt.add_whitespace = false;
-  opt.always_print_primitive_fields = true;
-  opt.preserve_proto_field_names = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(msg, &out, opt);
-  return out;
-}
+std::string ToJson(const google::protobuf::Message& msg) { return Json(msg, true); }
+std::string ToJsonLine(const google::protobuf::Message& msg) { return Json(msg, false); }
 
 std::string Num(double v, int precision) {
   char buf[64];

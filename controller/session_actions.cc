@@ -22,12 +22,21 @@ namespace {
 
 std::string RankRange(int world) { return "0.." + std::to_string(world - 1); }
 
-// What a diagnosis or fix is refused with once the fix is in.
-Status AfterTheFix(const std::string& id, const std::string& state) {
-  if (state == kFixing || state == kVerifying)
+// Whether the learner may act on the session now (`what`: "diagnose",
+// "fix", "take a hint"): only while its faulty job runs, before the fix and
+// before it ends.
+Status CanAct(const std::string& id, const std::string& state, bool fix_pending, bool ending,
+              const std::string& end_reason, const std::string& what) {
+  if (state == kCreated || state == kBaseline)
+    return FailedPrecondition("session " + id + " is still measuring its healthy baseline; " + what +
+                              " once it is running");
+  if (state == kFixing || state == kVerifying || (state == kRunning && fix_pending))
     return FailedPrecondition("session " + id + " has its fix; it is being verified (`firedrill status`), and "
                               "the diagnosis in force when the fix was applied is the one scored");
-  return FailedPrecondition("session " + id + " has already ended (" + state + "); start a new session to try again");
+  if (state != kRunning)
+    return FailedPrecondition("session " + id + " has already ended (" + state + "); start a new session to try again");
+  if (ending) return FailedPrecondition("session " + id + " is ending (" + end_reason + ")");
+  return Status::Ok();
 }
 
 // True if the absolute `path` is `dir` or inside it, after resolving ".."
@@ -75,13 +84,8 @@ StatusOr<v1::SubmitDiagnosisResponse> SessionManager::Diagnose(const v1::SubmitD
   if (!sp.ok()) return sp.status();
   Session& s = **sp;
   std::lock_guard<std::mutex> lock(s.mu);
-  const std::string& state = s.rec.info().state();
-  if (state == kCreated || state == kBaseline) {
-    return FailedPrecondition("session " + req.session_id() +
-                              " is still measuring its healthy baseline; diagnose once it is running");
-  }
-  if (state != kRunning || s.fix_pending) return AfterTheFix(req.session_id(), state);
-  if (s.end_requested) return FailedPrecondition("session " + req.session_id() + " is ending (" + s.end_reason + ")");
+  FD_RETURN_IF_ERROR(
+      CanAct(req.session_id(), s.rec.info().state(), s.fix_pending, s.end_requested, s.end_reason, "diagnose"));
   if (!req.cause().empty() && req.findings_size() > 0)
     return InvalidArgument("give either one cause (cause, culprit_ranks) or several findings, not both");
   const std::vector<v1::Finding> findings = FindingsOf(req);
@@ -119,13 +123,8 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& re
   if (!sp.ok()) return sp.status();
   Session& s = **sp;
   std::unique_lock<std::mutex> lock(s.mu);
-  const std::string& state = s.rec.info().state();
-  if (state == kCreated || state == kBaseline) {
-    return FailedPrecondition("session " + req.session_id() +
-                              " is still measuring its baseline; fix it once it is running");
-  }
-  if (state != kRunning || s.fix_pending) return AfterTheFix(req.session_id(), state);
-  if (s.end_requested) return FailedPrecondition("session " + req.session_id() + " is ending (" + s.end_reason + ")");
+  FD_RETURN_IF_ERROR(
+      CanAct(req.session_id(), s.rec.info().state(), s.fix_pending, s.end_requested, s.end_reason, "fix it"));
   const bool empty = req.replace_host_ranks().empty() && req.settings().empty();
   if (empty && !req.no_change()) {
     return InvalidArgument(
@@ -199,11 +198,7 @@ StatusOr<v1::RequestHintResponse> SessionManager::Hint(const std::string& id) {
   if (!sp.ok()) return sp.status();
   Session& s = **sp;
   std::lock_guard<std::mutex> lock(s.mu);
-  const std::string& state = s.rec.info().state();
-  if (state == kCreated || state == kBaseline)
-    return FailedPrecondition("session " + id + " is still measuring its baseline; hints are for the drill itself");
-  if (state != kRunning || s.fix_pending) return AfterTheFix(id, state);
-  if (s.end_requested) return FailedPrecondition("session " + id + " is ending (" + s.end_reason + ")");
+  FD_RETURN_IF_ERROR(CanAct(id, s.rec.info().state(), s.fix_pending, s.end_requested, s.end_reason, "ask for hints"));
   const auto& hints = s.scenario->hints();
   if (s.rec.hints_used() >= hints.size()) {
     return FailedPrecondition("no more hints: all " + std::to_string(hints.size()) + " have been used");

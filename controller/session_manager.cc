@@ -299,14 +299,7 @@ Status SessionManager::SealAnswer(Session& s) {
   auto faults = faults::ResolveFaults(sc, DrawSeed(opts_.draw_key, s.rec.info().seed()), hosts);
   if (!faults.ok()) return faults.status();
   for (auto& f : *faults) *s.rec.add_faults() = f;
-  std::vector<v1::AnswerFinding> key(sc.answer().findings().begin(), sc.answer().findings().end());
-  if (key.empty()) {
-    v1::AnswerFinding one;
-    one.set_cause(sc.answer().cause());
-    *one.mutable_culprit_ranks() = sc.answer().culprit_ranks();
-    key.push_back(one);
-  }
-  for (const auto& k : key) {
+  for (const auto& k : faults::AnswerKey(sc)) {
     v1::Finding* f = s.rec.add_answer_findings();
     f->set_cause(k.cause());
     for (const auto& ref : k.culprit_ranks()) {

@@ -67,6 +67,17 @@ StatusOr<std::vector<v1::ResolvedFault>> ResolveFaults(const v1::Scenario& scena
   return out;
 }
 
+std::vector<v1::AnswerFinding> AnswerKey(const v1::Scenario& scenario) {
+  std::vector<v1::AnswerFinding> key(scenario.answer().findings().begin(), scenario.answer().findings().end());
+  if (key.empty()) {
+    v1::AnswerFinding one;
+    one.set_cause(scenario.answer().cause());
+    *one.mutable_culprit_ranks() = scenario.answer().culprit_ranks();
+    key.push_back(one);
+  }
+  return key;
+}
+
 StatusOr<int> ResolveRankRef(const v1::RankRef& ref, const std::vector<v1::ResolvedFault>& faults) {
   if (!ref.has_ref()) return ref.rank();
   // Only one reference shape exists today: $faults.<i>.target.rank

@@ -17,6 +17,10 @@ int64_t ResolveInt(const v1::IntOrDraw& v, uint64_t seed, const std::string& lab
 StatusOr<std::vector<v1::ResolvedFault>> ResolveFaults(const v1::Scenario& scenario, uint64_t seed,
                                                        const std::vector<std::string>& hosts);
 
+// The answer key's findings: `answer.findings`, or the one finding of
+// `answer.cause` + `answer.culprit_ranks` (unresolved).
+std::vector<v1::AnswerFinding> AnswerKey(const v1::Scenario& scenario);
+
 // Resolves a RankRef such as `$faults.0.target.rank` against resolved faults.
 StatusOr<int> ResolveRankRef(const v1::RankRef& ref, const std::vector<v1::ResolvedFault>& faults);
 

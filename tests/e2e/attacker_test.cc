@@ -23,19 +23,8 @@ const v1::ScoreItem* Item(const v1::ScoreReport& r, const std::string& name) {
   return nullptr;
 }
 
-class AttackerTest : public ::testing::Test {
+class AttackerTest : public ControllerTest {
  protected:
-  void SetUp() override {
-    dir_ = MakeTempDir();
-    ctl_ = std::make_unique<ControllerProcess>(dir_);
-    ASSERT_TRUE(ctl_->ok()) << "controller did not start; see " << dir_ << "/controller.log";
-  }
-  void TearDown() override {
-    ctl_.reset();
-    std::error_code ec;
-    if (!HasFailure()) fs::remove_all(dir_, ec);
-  }
-  cli::DrillClient& c() { return ctl_->client(); }
   StatusOr<v1::SubmitDiagnosisResponse> Diagnose(const std::string& id, const std::string& cause,
                                                   std::initializer_list<int> ranks) {
     v1::SubmitDiagnosisRequest d;
@@ -44,8 +33,6 @@ class AttackerTest : public ::testing::Test {
     for (int r : ranks) d.add_culprit_ranks(r);
     return c().SubmitDiagnosis(d);
   }
-  std::string dir_;
-  std::unique_ptr<ControllerProcess> ctl_;
 };
 
 // The oracle: submit a guess, ask for the score, repeat. Before scoring the

@@ -44,20 +44,8 @@ bool AllDead(const std::vector<int>& pids, int wait_s) {
   return false;
 }
 
-class DrillTest : public ::testing::Test {
+class DrillTest : public ControllerTest {
  protected:
-  void SetUp() override {
-    dir_ = MakeTempDir();
-    ctl_ = std::make_unique<ControllerProcess>(dir_);
-    ASSERT_TRUE(ctl_->ok()) << "controller did not start; see " << dir_ << "/controller.log";
-  }
-  void TearDown() override {
-    ctl_.reset();
-    std::error_code ec;
-    if (!HasFailure()) std::filesystem::remove_all(dir_, ec);
-  }
-  cli::DrillClient& c() { return ctl_->client(); }
-
   // Starts a drill and finds the straggler from telemetry, as a learner would.
   std::pair<std::string, int> StartAndFindStraggler(int64_t seed) {
     auto info = StartRunning(c(), kScenario, seed);
@@ -67,9 +55,6 @@ class DrillTest : public ::testing::Test {
     EXPECT_GE(culprit, 0) << "no rank stood out in the telemetry";
     return {info->session_id(), culprit};
   }
-
-  std::string dir_;
-  std::unique_ptr<ControllerProcess> ctl_;
 };
 
 TEST_F(DrillTest, RightDiagnosisAndReplaceHostIsVerifiedAndScoresHigh) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "cli/commands.h"
@@ -78,6 +79,18 @@ int ControllerProcess::Terminate() {
   waitpid(pid_, &status, 0);
   pid_ = -1;
   return status;
+}
+
+void ControllerTest::SetUp() {
+  dir_ = MakeTempDir();
+  ctl_ = std::make_unique<ControllerProcess>(dir_);
+  ASSERT_TRUE(ctl_->ok()) << "controller did not start; see " << dir_ << "/controller.log";
+}
+
+void ControllerTest::TearDown() {
+  ctl_.reset();
+  std::error_code ec;
+  if (!HasFailure()) std::filesystem::remove_all(dir_, ec);
 }
 
 StatusOr<v1::SessionInfo> StartRunning(cli::DrillClient& c, const std::string& scenario, int64_t seed) {

@@ -2,6 +2,7 @@
 // state dir on a free port, and drives it through the public Drill API.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <memory>
@@ -33,6 +34,17 @@ class ControllerProcess {
   pid_t pid_ = -1;
   std::string address_;
   std::unique_ptr<cli::DrillClient> client_;
+};
+
+// A test with its own controller in a fresh state dir (kept when the test
+// fails, for its logs).
+class ControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+  cli::DrillClient& c() { return ctl_->client(); }
+  std::string dir_;
+  std::unique_ptr<ControllerProcess> ctl_;
 };
 
 // Polls GetStatus until `pred` holds or `timeout_s` passes.

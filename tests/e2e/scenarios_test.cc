@@ -48,18 +48,8 @@ const std::vector<Case> kCases = {
     {"monday-changes", 83, {"padding-waste", "straggler"}},
 };
 
-class ScenarioTest : public ::testing::Test {
+class ScenarioTest : public ControllerTest {
  protected:
-  void SetUp() override {
-    dir_ = MakeTempDir();
-    ctl_ = std::make_unique<ControllerProcess>(dir_);
-    ASSERT_TRUE(ctl_->ok()) << "controller did not start; see " << dir_ << "/controller.log";
-  }
-  void TearDown() override {
-    ctl_.reset();
-    std::error_code ec;
-    if (!HasFailure()) fs::remove_all(dir_, ec);
-  }
   // `firedrill ARGS` against this test's controller; stdout + stderr.
   int Cli(std::vector<std::string> args, std::string* output) {
     args.insert(args.begin(), {"firedrill", "--controller", ctl_->address(), "--state-dir", dir_});
@@ -68,9 +58,6 @@ class ScenarioTest : public ::testing::Test {
     *output = out.str() + err.str();
     return rc;
   }
-  cli::DrillClient& c() { return ctl_->client(); }
-  std::string dir_;
-  std::unique_ptr<ControllerProcess> ctl_;
 };
 
 TEST_F(ScenarioTest, EveryShippedScenarioHasACase) {

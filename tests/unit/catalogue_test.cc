@@ -53,8 +53,7 @@ std::string AnswerClassOf(const v1::Scenario& sc) {
     const std::string c = faults::CauseClass(cause);
     classes.insert(c.empty() ? "none" : c);
   };
-  if (sc.answer().findings().empty()) add(sc.answer().cause());
-  for (const auto& f : sc.answer().findings()) add(f.cause());
+  for (const auto& f : faults::AnswerKey(sc)) add(f.cause());
   std::string out;
   for (const auto& c : classes) out += (out.empty() ? "" : "+") + c;
   return out;

@@ -257,3 +257,43 @@ TEST(ParseSettingTest, RejectsMissingKeyValueOrEquals) {
 
 }  // namespace
 }  // namespace firedrill::cli
+
+namespace firedrill::cli {
+namespace {
+
+// `up --state-dir X` sticks: later commands without flags find that
+// controller and that state dir; a flag or an environment variable wins.
+TEST(ContextTest, WhatUpStartedIsFoundAgainWithoutFlags) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "fd-ctx-XXXXXX").string();
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  setenv("XDG_CONFIG_HOME", tmpl.c_str(), 1);
+  unsetenv("FIREDRILL_CONTROLLER");
+  unsetenv("FIREDRILL_STATE_DIR");
+  SaveContext({"127.0.0.1:50123", "/srv/drills"});
+  CliContext ctx;
+  ctx.controller = "127.0.0.1:50071";
+  ctx.state_dir = "/default";
+  ResolveContext(&ctx, false, false);
+  EXPECT_EQ(ctx.controller, "127.0.0.1:50123");
+  EXPECT_EQ(ctx.state_dir, "/srv/drills");
+  // --state-dir given: kept; --controller elsewhere: the saved state dir is
+  // not that controller's.
+  ctx = CliContext{};
+  ctx.controller = "10.0.0.9:50071";
+  ctx.state_dir = "/default";
+  ResolveContext(&ctx, true, false);
+  EXPECT_EQ(ctx.controller, "10.0.0.9:50071");
+  EXPECT_EQ(ctx.state_dir, "/default");
+  setenv("FIREDRILL_STATE_DIR", "/from-env", 1);
+  ctx = CliContext{};
+  ctx.controller = "127.0.0.1:50071";
+  ctx.state_dir = "/from-env";
+  ResolveContext(&ctx, false, false);
+  EXPECT_EQ(ctx.state_dir, "/from-env");
+  unsetenv("FIREDRILL_STATE_DIR");
+  unsetenv("XDG_CONFIG_HOME");
+  std::filesystem::remove_all(tmpl);
+}
+
+}  // namespace
+}  // namespace firedrill::cli
