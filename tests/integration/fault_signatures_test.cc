@@ -154,15 +154,21 @@ TEST(FaultSignature, CollectiveDesyncHangsAtTheEpochEndAndTheFlightRecorderNames
     auto* rank = fr.add_ranks();
     rank->set_rank(r);
     rank->set_answered(true);
+    int64_t last_start = 0;
     for (const auto& e : cfg[r].recorder->Snapshot()) {
       auto* c = rank->add_entries();
       c->set_seq(e.seq);
       c->set_op(e.op);
       c->set_bytes(e.bytes);
       c->set_step(e.step);
+      c->set_start_unix_ns(e.start_unix_ns);
+      last_start = std::max(last_start, e.start_unix_ns);
       // As a dump taken during the hang saw it: the last one still running.
       c->set_state(e.state == "failed" ? "started" : e.state);
+      if (e.state != "failed") c->set_end_unix_ns(e.end_unix_ns);
     }
+    // ...6 s into it: long enough for the analysis to call it stopped.
+    rank->set_unix_ns(last_start + 6'000'000'000);
   }
   const cli::FrAnalysis a = cli::AnalyzeFlightRecords(fr);
   EXPECT_TRUE(a.desync) << a.summary;
