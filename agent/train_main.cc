@@ -31,7 +31,7 @@
 #include "agent/memory.h"
 #include "agent/trainer.h"
 #include "common/log.h"
-#include "controller/scenario_loader.h"
+#include "scenario/loader.h"
 
 namespace {
 
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   InitLogging("train");
 
-  auto sc = controller::LoadScenarioFile(scenario_path);
+  auto sc = scenario::LoadScenarioFile(scenario_path);
   if (!sc.ok()) {
     std::fprintf(stderr, "firedrill-train: %s\n", sc.status().message().c_str());
     return 2;
@@ -139,13 +139,13 @@ int main(int argc, char** argv) {
     const auto eq = kv.find('=');
     Status st = eq == std::string::npos
                     ? InvalidArgument("--set " + kv + ": expected key=value")
-                    : controller::ApplyJobSetting(&job, kv.substr(0, eq), kv.substr(eq + 1));
+                    : scenario::ApplyJobSetting(&job, kv.substr(0, eq), kv.substr(eq + 1));
     if (!st.ok()) {
       std::fprintf(stderr, "firedrill-train: --set %s: %s\n", kv.c_str(), st.message().c_str());
       return 2;
     }
   }
-  if (Status st = controller::ValidateJob(job, scenario_path + ": job"); !st.ok()) {
+  if (Status st = scenario::ValidateJob(job, scenario_path + ": job"); !st.ok()) {
     std::fprintf(stderr, "firedrill-train: %s\n", st.message().c_str());
     return 2;
   }

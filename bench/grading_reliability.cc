@@ -36,7 +36,7 @@
 #include "common/paths.h"
 #include "common/stats.h"
 #include "controller/draws.h"
-#include "controller/scenario_loader.h"
+#include "scenario/loader.h"
 #include "faults/targeting.h"
 
 namespace {
@@ -240,7 +240,7 @@ int main(int argc, char** argv) {
   app.add_option("--conditions", conditions, "idle and/or burner")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  auto all = controller::LoadScenarioDir(scenario_dir);
+  auto all = scenario::LoadScenarioDir(scenario_dir);
   if (!all.ok()) {
     std::fprintf(stderr, "grading_reliability: %s\n", all.status().message().c_str());
     return 2;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 
+#include "analysis/straggler.h"
 #include "cli/client.h"
 #include "cli/demo.h"
 #include "cli/flight_recorder.h"
@@ -191,7 +192,7 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
   std::string why;
   // A starved rank is busy waiting for data, not computing: the rule above
   // explained it.
-  const int slow = starved.empty() && Median(busy) >= 2.0 ? FindStraggler(st, 1.2, &why) : -1;
+  const int slow = starved.empty() && Median(busy) >= 2.0 ? analysis::FindStraggler(st, 1.2, &why) : -1;
   if (slow >= 0) {
     f = AutopilotFinding{};
     f.found = true;
@@ -266,7 +267,7 @@ bool LooksHung(const v1::SessionStatus& st) {
 
 AutopilotFinding ReasonHang(const v1::SessionStatus& st, const v1::FlightRecorderResponse& fr) {
   AutopilotFinding f;
-  const FrAnalysis a = AnalyzeFlightRecords(fr);
+  const analysis::FrAnalysis a = analysis::AnalyzeFlightRecords(fr);
   if (!a.stuck) return f;
   double quiet = 0;
   for (const auto& r : st.ranks()) quiet = std::max(quiet, r.since_last_step_s());

@@ -353,7 +353,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (fr->parsed()) {
     auto rec = client.GetFlightRecorder(*id);
     if (!rec.ok()) return Fail(ctx, rec.status());
-    const FrAnalysis a = AnalyzeFlightRecords(*rec);
+    const analysis::FrAnalysis a = analysis::AnalyzeFlightRecords(*rec);
     if (ctx.json) {
       *ctx.out << "{\"records\": " << ToJson(*rec) << ", \"desync\": " << (a.desync ? "true" : "false")
                << ", \"odd_ranks\": [";

@@ -10,9 +10,4 @@ namespace firedrill::cli {
 
 int RunDemo(CliContext& ctx, const std::string& scenario, int64_t seed);
 
-// The learner's reasoning: from per-rank telemetry, the rank whose busy time
-// (step minus all-reduce wait) stands out, or -1 if none is >= min_ratio
-// of the median. `why` gets the evidence in words.
-int FindStraggler(const v1::SessionStatus& st, double min_ratio, std::string* why);
-
 }  // namespace firedrill::cli

@@ -12,7 +12,7 @@
 #include <iostream>
 #include <utility>
 
-#include "controller/job_keys.h"
+#include "scenario/job_keys.h"
 
 namespace firedrill::cli {
 
@@ -49,23 +49,6 @@ std::string Json(const google::protobuf::Message& msg, bool whitespace) {
 
 std::string ToJson(const google::protobuf::Message& msg) { return Json(msg, true); }
 std::string ToJsonLine(const google::protobuf::Message& msg) { return Json(msg, false); }
-
-std::string Num(double v, int precision) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", precision, v);
-  return buf;
-}
-
-std::string Bytes(int64_t n) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
-  int unit = 0;
-  while (std::abs(v) >= 1024 && unit + 1 < static_cast<int>(std::size(kUnits))) {
-    v /= 1024;
-    ++unit;
-  }
-  return (unit == 0 ? Num(v) : Num(v, 1)) + " " + kUnits[unit];
-}
 
 void PrintScenarios(const v1::ListScenariosResponse& r, std::ostream& out) {
   Table t({"ID", "TITLE", "BAND", "RANKS"});
@@ -344,7 +327,7 @@ void PrintConfig(const v1::SessionStatus& st, std::ostream& out) {
   for (const auto& [k, v] : kv) {
     const std::string line = k + " = " + v;
     out << line << std::string(width - line.size() + 2, ' ') << "# "
-        << controller::JobKeyClassName(controller::ClassOfJobKey(k)) << "\n";
+        << scenario::JobKeyClassName(scenario::ClassOfJobKey(k)) << "\n";
   }
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/format.h"
 #include "firedrill/v1/controller.pb.h"
 
 namespace firedrill::cli {
@@ -26,9 +27,6 @@ class Table {
 std::string ToJson(const google::protobuf::Message& msg);
 // The same on one line (for streams of objects, such as `top --json`).
 std::string ToJsonLine(const google::protobuf::Message& msg);
-std::string Num(double v, int precision = 0);
-// A byte count in binary units: "512 B", "41.2 MiB".
-std::string Bytes(int64_t n);
 
 void PrintScenarios(const v1::ListScenariosResponse& r, std::ostream& out);
 void PrintScenarioDetail(const v1::ScenarioDetail& d, std::ostream& out);

@@ -10,7 +10,7 @@
 
 #include "cli/output.h"
 #include "common/suggest.h"
-#include "controller/scenario_loader.h"
+#include "scenario/loader.h"
 
 namespace firedrill::cli {
 
@@ -212,7 +212,7 @@ std::string CoverageJson(const Coverage& c) {
 FileCheck CheckScenarioFile(const std::string& path, const std::vector<SkillAtom>* table) {
   FileCheck r;
   r.file = path;
-  auto s = controller::LoadScenarioFile(path);
+  auto s = scenario::LoadScenarioFile(path);
   if (!s.ok()) {
     r.error = s.status().message();
     if (r.error.compare(0, path.size(), path) != 0) r.error = path + ": " + r.error;
@@ -221,7 +221,7 @@ FileCheck CheckScenarioFile(const std::string& path, const std::vector<SkillAtom
   r.ok = true;
   r.id = s->id();
   r.title = s->title();
-  for (auto& w : controller::ScenarioWarnings(*s)) r.warnings.push_back(std::move(w));
+  for (auto& w : scenario::ScenarioWarnings(*s)) r.warnings.push_back(std::move(w));
   if (table) {
     if (s->skills().empty())
       r.warnings.push_back("no `skills:` listed, so it covers no skill atom of the course");
@@ -287,7 +287,7 @@ int RunScenarioCoverage(CliContext& ctx, const std::string& dir, const std::stri
     *ctx.err << "error: " << table.status().message() << "\n";
     return 1;
   }
-  auto scenarios = controller::LoadScenarioDir(dir);
+  auto scenarios = scenario::LoadScenarioDir(dir);
   if (!scenarios.ok()) {
     // A bad file stops the count: coverage that skipped it would look lower than it is.
     const bool bad_file = scenarios.status().code() == StatusCode::kInvalidArgument;

@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "common/paths.h"
 #include "controller/draws.h"
-#include "controller/scenario_loader.h"
+#include "scenario/loader.h"
 
 namespace firedrill::controller {
 
@@ -61,7 +61,7 @@ Status Server::Start() {
   if (!store.ok()) return store.status();
   store_ = std::move(store).value();
 
-  auto scenarios = LoadScenarioDirs(opts_.scenario_dirs);
+  auto scenarios = scenario::LoadScenarioDirs(opts_.scenario_dirs);
   if (!scenarios.ok()) return scenarios.status();
 
   pool_ = std::make_unique<AgentPool>();

@@ -10,8 +10,8 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/suggest.h"
-#include "controller/job_keys.h"
-#include "controller/scenario_loader.h"
+#include "scenario/job_keys.h"
+#include "scenario/loader.h"
 #include "controller/scorer.h"
 #include "controller/session_manager.h"
 #include "faults/registry.h"
@@ -25,16 +25,18 @@ std::string RankRange(int world) { return "0.." + std::to_string(world - 1); }
 // Whether the learner may act on the session now (`what`: "diagnose",
 // "fix", "take a hint"): only while its faulty job runs, before the fix and
 // before it ends.
-Status CanAct(const std::string& id, const std::string& state, bool fix_pending, bool ending,
+Status CanAct(const std::string& id, SessionState state, bool fix_pending, bool ending,
               const std::string& end_reason, const std::string& what) {
-  if (state == kCreated || state == kBaseline)
+  if (state == SessionState::kCreated || state == SessionState::kBaseline)
     return FailedPrecondition("session " + id + " is still measuring its healthy baseline; " + what +
                               " once it is running");
-  if (state == kFixing || state == kVerifying || (state == kRunning && fix_pending))
+  if (state == SessionState::kFixing || state == SessionState::kVerifying ||
+      (state == SessionState::kRunning && fix_pending))
     return FailedPrecondition("session " + id + " has its fix; it is being verified (`firedrill status`), and "
                               "the diagnosis in force when the fix was applied is the one scored");
-  if (state != kRunning)
-    return FailedPrecondition("session " + id + " has already ended (" + state + "); start a new session to try again");
+  if (state != SessionState::kRunning)
+    return FailedPrecondition("session " + id + " has already ended (" + Name(state) +
+                              "); start a new session to try again");
   if (ending) return FailedPrecondition("session " + id + " is ending (" + end_reason + ")");
   return Status::Ok();
 }
@@ -85,7 +87,7 @@ StatusOr<v1::SubmitDiagnosisResponse> SessionManager::Diagnose(const v1::SubmitD
   Session& s = **sp;
   std::lock_guard<std::mutex> lock(s.mu);
   FD_RETURN_IF_ERROR(
-      CanAct(req.session_id(), s.rec.info().state(), s.fix_pending, s.end_requested, s.end_reason, "diagnose"));
+      CanAct(req.session_id(), s.state, s.fix_pending, s.end_requested, s.end_reason, "diagnose"));
   if (!req.cause().empty() && req.findings_size() > 0)
     return InvalidArgument("give either one cause (cause, culprit_ranks) or several findings, not both");
   const std::vector<v1::Finding> findings = FindingsOf(req);
@@ -124,7 +126,7 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& re
   Session& s = **sp;
   std::unique_lock<std::mutex> lock(s.mu);
   FD_RETURN_IF_ERROR(
-      CanAct(req.session_id(), s.rec.info().state(), s.fix_pending, s.end_requested, s.end_reason, "fix it"));
+      CanAct(req.session_id(), s.state, s.fix_pending, s.end_requested, s.end_reason, "fix it"));
   const bool empty = req.replace_host_ranks().empty() && req.settings().empty();
   if (empty && !req.no_change()) {
     return InvalidArgument(
@@ -146,8 +148,8 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& re
   std::set<std::string> keys;
   for (const auto& kv : req.settings()) {
     if (!keys.insert(kv.key()).second) return InvalidArgument("--set " + kv.key() + " is given twice");
-    if (Status st = ApplyJobSetting(&trial, kv.key(), kv.value()); !st.ok()) return st;
-    const JobKeyClass cls = ClassOfJobKey(kv.key());
+    if (Status st = scenario::ApplyJobSetting(&trial, kv.key(), kv.value()); !st.ok()) return st;
+    const scenario::JobKeyClass cls = scenario::ClassOfJobKey(kv.key());
     // A resume reads the session's own checkpoints, nothing else on the
     // controller's machine.
     if (kv.key() == "checkpoint.resume_from" && !kv.value().empty() && kv.value() != "latest" &&
@@ -155,12 +157,12 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& re
       return InvalidArgument("checkpoint.resume_from takes 'latest' or a step directory under the job's checkpoint "
                              "directory (e.g. " + s.rec.job().checkpoint().dir() + "/step-200)");
     }
-    if (cls == JobKeyClass::kEnvironment) {
+    if (cls == scenario::JobKeyClass::kEnvironment) {
       return InvalidArgument(kv.key() + " describes the machine, not the job (storage, device): no fix changes it");
     }
     // The same answer for every workload key this drill does not open, so
     // a refusal says nothing about the fault.
-    if (cls == JobKeyClass::kWorkload && !KeyAllowed(kv.key(), may)) {
+    if (cls == scenario::JobKeyClass::kWorkload && !scenario::KeyAllowed(kv.key(), may)) {
       return FailedPrecondition(
           kv.key() + " is a workload setting (what is being trained: model, data, batch, world size, precision, "
           "optimiser): the job's owners do not allow changing it here, and the fix would be measured against a "
@@ -189,7 +191,7 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& re
   s.cv.notify_all();
   v1::ApplyFixResponse resp;
   resp.set_fix_id(*number);
-  resp.set_state(kFixing);
+  resp.set_state(Name(SessionState::kFixing));
   return resp;
 }
 
@@ -198,7 +200,7 @@ StatusOr<v1::RequestHintResponse> SessionManager::Hint(const std::string& id) {
   if (!sp.ok()) return sp.status();
   Session& s = **sp;
   std::lock_guard<std::mutex> lock(s.mu);
-  FD_RETURN_IF_ERROR(CanAct(id, s.rec.info().state(), s.fix_pending, s.end_requested, s.end_reason, "ask for hints"));
+  FD_RETURN_IF_ERROR(CanAct(id, s.state, s.fix_pending, s.end_requested, s.end_reason, "ask for hints"));
   const auto& hints = s.scenario->hints();
   if (s.rec.hints_used() >= hints.size()) {
     return FailedPrecondition("no more hints: all " + std::to_string(hints.size()) + " have been used");
@@ -212,40 +214,6 @@ StatusOr<v1::RequestHintResponse> SessionManager::Hint(const std::string& id) {
   AddEvent(s, "hint", -1, "hint " + std::to_string(s.rec.hints_used()) + " taken");
   Save(s);
   return resp;
-}
-
-v1::ScoreReport SessionManager::ComputeScore(Session& s) {
-  ScoreInputs in;
-  in.scenario = s.scenario;
-  in.record = &s.rec;
-  auto d = store_->LoadDiagnoses(s.rec.info().session_id());
-  if (d.ok()) in.diagnoses = std::move(d).value();
-  else spdlog::error("{}", d.status().message());
-  // The clock starts when the fault did (a fault armed at step 0 starts
-  // with the run).
-  const int64_t from = s.rec.fault_onset_unix_ms() > 0 ? s.rec.fault_onset_unix_ms() : s.rec.run_started_unix_ms();
-  if (from > 0 && s.rec.fix_applied_unix_ms() > 0) {
-    in.elapsed_s = std::max<int64_t>(0, s.rec.fix_applied_unix_ms() - from) / 1000.0;
-  }
-  return Score(in);
-}
-
-StatusOr<v1::ScoreReport> SessionManager::GetScore(const std::string& id) {
-  auto stored = store_->LoadScore(id);
-  if (!stored.ok()) return stored.status();
-  if (stored->has_value()) return **stored;
-  auto sp = Find(id);
-  if (!sp.ok()) return sp.status();
-  Session& s = **sp;
-  v1::SessionRecord rec;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    rec = s.rec;
-  }
-  auto d = store_->LoadDiagnoses(id);
-  if (!d.ok()) return d.status();
-  // Sealed: what was submitted, and nothing that says whether it is right.
-  return Unscored(rec, *d);
 }
 
 }  // namespace firedrill::controller

@@ -10,7 +10,7 @@
 #include "common/suggest.h"
 #include "controller/draws.h"
 #include "controller/run_metrics.h"
-#include "controller/scenario_loader.h"
+#include "scenario/loader.h"
 #include "controller/scorer.h"
 #include "faults/registry.h"
 #include "faults/targeting.h"
@@ -21,8 +21,6 @@ namespace firedrill::controller {
 // mutex is taken; a session's mutex may be held while mu_ is taken briefly.
 // A session's join_mu guards its driver thread object; it is taken with
 // mu_ held (Start) or alone (End, Shutdown), never the other way round.
-
-bool TerminalState(const std::string& state) { return state == kScored || state == kEnded || state == kAborted; }
 
 namespace {
 
@@ -94,12 +92,14 @@ Status SessionManager::Init() {
     s->scenario = FindScenario(rec.info().scenario_id());
     auto events = store_->LoadEvents(rec.info().session_id(), 50);
     if (events.ok()) s->events.assign(events->begin(), events->end());
-    if (!TerminalState(rec.info().state())) {
+    const auto state = ParseSessionState(rec.info().state());
+    s->state = state.value_or(SessionState::kAborted);
+    if (!state || !Terminal(*state)) {
       const std::string why = "the controller stopped while this session was in state '" + rec.info().state() +
                               "'; its job and agents were lost. Start a new session.";
       AddEvent(*s, "aborted", -1, why);
       s->rec.mutable_info()->set_end_reason(why);
-      SetState(*s, kAborted);
+      SetState(*s, SessionState::kAborted);
     }
     sessions_[rec.info().session_id()] = s;
   }
@@ -234,7 +234,7 @@ StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& r
   info.set_created_unix_ms(NowMs());
   info.set_world_size(sc->job().world_size());
   info.set_max_score(sc->rubric().cause() + sc->rubric().culprit() + sc->rubric().fix() + sc->rubric().time());
-  info.set_state(kCreated);
+  info.set_state(Name(SessionState::kCreated));
   *s->rec.mutable_job() = sc->job();
   s->ranks.resize(sc->job().world_size());
   {
@@ -264,7 +264,7 @@ StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& r
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_ || sessions_.count(info.session_id())) {
     s->rec.mutable_info()->set_end_reason("the controller shut down before the session started");
-    SetState(*s, kAborted);
+    SetState(*s, SessionState::kAborted);
     return Unavailable(shutting_down_ ? "the controller is shutting down" : "session id collision; start again");
   }
   sessions_[info.session_id()] = s;
@@ -313,18 +313,19 @@ Status SessionManager::SealAnswer(Session& s) {
   return Status::Ok();
 }
 
-void SessionManager::Finish(Session& s, Lock& lock, const std::string& state) {
+void SessionManager::Finish(Session& s, Lock& lock, SessionState state) {
   Teardown(s, lock);  // first, so a finished session has no agents left
   // The report carries the state it is final in; the row follows it, so a
   // crash in between leaves a scored session that is still marked live
   // (aborted on restart), never a final state without its score.
-  s.rec.mutable_info()->set_state(state);
-  if (state != kScored) s.rec.mutable_info()->set_end_reason(s.end_reason);
+  s.rec.mutable_info()->set_state(Name(state));
+  if (state != SessionState::kScored) s.rec.mutable_info()->set_end_reason(s.end_reason);
   const v1::ScoreReport score = ComputeScore(s);
   s.rec.mutable_info()->set_total_score(score.total());
   if (Status st = store_->SaveScore(score, NowMs()); !st.ok()) spdlog::error("{}", st.message());
-  AddEvent(s, state == kScored ? "scored" : "ended", -1,
-           (state == kScored ? "" : s.end_reason + "; ") + "score " + std::to_string(score.total()) + "/" +
+  const bool scored = state == SessionState::kScored;
+  AddEvent(s, scored ? "scored" : "ended", -1,
+           (scored ? "" : s.end_reason + "; ") + "score " + std::to_string(score.total()) + "/" +
                std::to_string(score.max_total()));
   SetState(s, state);
 }
@@ -337,13 +338,13 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
     AddEvent(s, "aborted", -1, why);
     Teardown(s, lock);
     s.rec.mutable_info()->set_end_reason(why);
-    SetState(s, kAborted);
+    SetState(s, SessionState::kAborted);
   };
   // The learner (or the controller's shutdown) ended it: scored as it
   // stands, the answer revealed.
   auto ended = [&] {
     if (s.end_reason.empty()) s.end_reason = "ended by the learner";
-    Finish(s, lock, kEnded);
+    Finish(s, lock, SessionState::kEnded);
   };
 
   if (Status st = EnsureAgents(s, lock); !st.ok()) {
@@ -359,8 +360,8 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   Save(s);
 
   // Healthy baseline of the same job on this machine, faults off.
-  SetState(s, kBaseline);
-  if (Status st = RunJob(s, lock, "baseline", RunLength(sc), false); !st.ok()) {
+  SetState(s, SessionState::kBaseline);
+  if (Status st = RunJob(s, lock, RunKind::kBaseline, RunLength(sc), false); !st.ok()) {
     if (s.end_requested) return ended();
     return abort("baseline run failed: " + st.message());
   }
@@ -382,10 +383,10 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   s.healthy_job = s.rec.job();
   faults::ApplyFaultsToJob(std::vector<v1::ResolvedFault>(s.rec.faults().begin(), s.rec.faults().end()),
                            s.rec.mutable_job());
-  SetState(s, kRunning);
+  SetState(s, SessionState::kRunning);
   s.rec.set_run_started_unix_ms(NowMs());
   Save(s);
-  StartRun(s, "main", kUnboundedSteps, true);
+  StartRun(s, RunKind::kMain, kUnboundedSteps, true);
   const auto limit = std::chrono::seconds(TimeLimitS(sc.rubric()));
   const bool acted = s.cv.wait_for(lock, limit, [&] { return s.end_requested || s.fix_pending; });
   if (!acted) {
@@ -395,7 +396,7 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   if (s.end_requested) return ended();
 
   // The learner's fix, then a measured verification.
-  SetState(s, kFixing);
+  SetState(s, SessionState::kFixing);
   StopRun(s, lock);
   const v1::ApplyFixRequest fix = s.rec.fix();
   for (int rank : fix.replace_host_ranks()) {
@@ -409,7 +410,7 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   }
   for (const auto& kv : fix.settings()) {
     // Validated when the fix was accepted.
-    (void)ApplyJobSetting(s.rec.mutable_job(), kv.key(), kv.value());
+    (void)scenario::ApplyJobSetting(s.rec.mutable_job(), kv.key(), kv.value());
   }
   Save(s);
   if (Status st = EnsureAgents(s, lock); !st.ok()) {
@@ -418,355 +419,12 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   }
   if (s.end_requested) return ended();
 
-  SetState(s, kVerifying);
+  SetState(s, SessionState::kVerifying);
   const v1::Verification v = VerifyFix(s, lock);
   if (s.end_requested) return ended();
   *s.rec.mutable_verification() = v;
   AddEvent(s, v.passed() ? "verification_passed" : "verification_failed", -1, v.detail());
-  Finish(s, lock, kScored);
-}
-
-Status SessionManager::LaunchRank(Session& s, Lock& lock, int rank, const std::string& host) {
-  const std::string agent_id =
-      s.rec.info().session_id() + "-a" + std::to_string(s.agent_counter++);
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    agent_session_[agent_id] = s.rec.info().session_id();
-  }
-  Rank& r = s.ranks[rank];
-  r = Rank{};
-  r.agent_id = agent_id;
-  r.host = host;
-  r.state = "starting";
-  pool_->Expect(agent_id, s.join_token);
-  auto pid = launcher_->Launch(agent_id, host, s.join_token);
-  if (!pid.ok()) return pid.status();
-  r.pid = *pid;
-  return Status::Ok();
-}
-
-bool SessionManager::AgentAlive(const Session& s, int rank) {
-  const Rank& r = s.ranks[rank];
-  if (r.agent_id.empty() || r.state == "lost" || r.state == "retired" || r.state == "stopped") return false;
-  if (!pool_->Find(r.agent_id)) return false;
-  return !launcher_ || launcher_->Running(r.agent_id);
-}
-
-// Makes sure every rank has a live, registered agent before a run: a rank
-// whose agent is gone (never started, replaced, lost, killed) gets a new
-// one, whatever state its last report left it in.
-Status SessionManager::EnsureAgents(Session& s, Lock& lock) {
-  std::vector<std::string> waiting;
-  for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
-    Rank& r = s.ranks[rank];
-    if (AgentAlive(s, rank)) continue;
-    if (!r.agent_id.empty() && r.state != "retired") RetireAgent(s, lock, rank);  // half there: finish it off
-    if (!opts_.local_launcher) {
-      // Remote agents: take an idle registered agent, never one on a host
-      // the learner asked to replace, nor one already holding a rank here,
-      // nor one still finishing a job it was given before.
-      std::set<std::string> busy_hosts = s.replaced_hosts;
-      for (int other = 0; other < static_cast<int>(s.ranks.size()); ++other) {
-        if (other != rank && AgentAlive(s, other)) busy_hosts.insert(s.ranks[other].host);
-      }
-      bool found = false;
-      for (const auto& a : pool_->Connected()) {
-        std::lock_guard<std::mutex> g(mu_);
-        if (a.busy || agent_session_.count(a.agent_id) || busy_hosts.count(a.host)) continue;
-        agent_session_[a.agent_id] = s.rec.info().session_id();
-        s.retired.erase(a.agent_id);  // an agent we stopped earlier, free again: it speaks again
-        r = Rank{};
-        r.agent_id = a.agent_id;
-        r.host = a.host;
-        r.pid = a.pid;
-        r.state = "idle";
-        s.rec.set_hosts(rank, a.host);
-        found = true;
-        break;
-      }
-      if (!found) {
-        return Unavailable("no idle agent on a usable host is registered for rank " + std::to_string(rank) +
-                           "; start another firedrill-agent pointed at this controller");
-      }
-      continue;
-    }
-    FD_RETURN_IF_ERROR(LaunchRank(s, lock, rank, s.rec.hosts(rank)));
-    waiting.push_back(r.agent_id);
-  }
-  if (waiting.empty()) return Status::Ok();
-  // Wait in slices so that an agent that dies before registering (bad
-  // binary, crash at start) fails the wait at once, with its exit status.
-  const auto deadline = std::chrono::steady_clock::now() + opts_.agent_register_timeout;
-  while (true) {
-    lock.unlock();
-    auto got = pool_->WaitFor(waiting, std::chrono::milliseconds(200));
-    lock.lock();
-    if (got.ok()) break;
-    for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
-      const Rank& r = s.ranks[rank];
-      if (r.state == "lost" && std::find(waiting.begin(), waiting.end(), r.agent_id) != waiting.end()) {
-        return Unavailable("the agent for rank " + std::to_string(rank) + " " + r.message + " before registering; see " +
-                           opts_.state_dir + "/logs/" + r.agent_id + ".log");
-      }
-    }
-    if (s.end_requested) return Aborted("session ended");
-    if (std::chrono::steady_clock::now() > deadline) {
-      return DeadlineExceeded("agents did not register within " +
-                              std::to_string(opts_.agent_register_timeout.count()) + " s; see their logs in " +
-                              opts_.state_dir + "/logs");
-    }
-  }
-  for (auto& r : s.ranks) {
-    if (r.state == "starting") r.state = "idle";
-  }
-  return Status::Ok();
-}
-
-void SessionManager::StartRun(Session& s, const std::string& kind, int64_t steps, bool with_faults,
-                              const v1::JobSpec* job_spec) {
-  Run run;
-  run.id = s.rec.info().session_id() + "-" + kind + "-" + std::to_string(++s.run_counter);
-  run.kind = kind;
-  run.steps_total = steps;
-  run.last_progress = std::chrono::steady_clock::now();
-  s.run = run;
-  const std::vector<v1::ResolvedFault> all(s.rec.faults().begin(), s.rec.faults().end());
-  for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
-    Rank& r = s.ranks[rank];
-    r.steps.clear();
-    r.message.clear();
-    v1::ControllerMessage msg;
-    v1::RunJob* job = msg.mutable_run();
-    job->set_run_id(run.id);
-    job->set_rank(rank);
-    *job->mutable_job() = job_spec ? *job_spec : s.rec.job();
-    job->set_seed(s.rec.info().seed());
-    job->set_max_steps(steps);
-    job->set_dump_flight_recorder(ToolOffered(s, "flight_recorder").ok());
-    if (with_faults) {
-      for (auto f : faults::FaultsFor(all, rank, r.host)) {
-        // A fault that belongs to a host is already there when a later run
-        // starts on that host.
-        if (kind != "main") f.set_trigger_step(0);
-        *job->add_faults() = f;
-      }
-    }
-    if (r.state == "lost" || r.state == "retired") continue;
-    r.state = "running";
-    if (!pool_->Send(r.agent_id, msg)) MarkRankLost(s, rank, "could not reach its agent");
-  }
-  AddEvent(s, "run_started", -1,
-           kind + " run started" + (steps < kUnboundedSteps ? ": " + std::to_string(steps) + " steps" : ""));
-}
-
-void SessionManager::UpdateRunState(Session& s) {
-  if (!s.run || !RunOver(s)) return;
-  if (s.run->state != "starting" && s.run->state != "running") return;
-  bool all_finished = true;
-  for (const auto& r : s.ranks) all_finished = all_finished && r.state == "finished";
-  s.run->state = all_finished ? "finished" : "failed";
-}
-
-bool SessionManager::RunOver(const Session& s) const {
-  for (const auto& r : s.ranks) {
-    if (r.state == "running" || r.state == "starting") return false;
-  }
-  return true;
-}
-
-// Runs a job to its end. OK only if every rank finished.
-Status SessionManager::RunJob(Session& s, Lock& lock, const std::string& kind, int64_t steps, bool with_faults,
-                              const v1::JobSpec* job_spec) {
-  StartRun(s, kind, steps, with_faults, job_spec);
-  // Steps take milliseconds here: half a minute without one is a hang, even
-  // when the job's own collective timeout (possibly PyTorch's 30 min) has
-  // not expired yet.
-  const v1::JobSpec& job = job_spec ? *job_spec : s.rec.job();
-  const auto hang_after = std::chrono::duration<double>(std::min(job.comm().timeout_s() + 15.0, 30.0));
-  while (!s.end_requested && !RunOver(s)) {
-    s.cv.wait_for(lock, std::chrono::milliseconds(500));
-    if (std::chrono::steady_clock::now() - s.run->last_progress > hang_after) {
-      AddEvent(s, "run_hung", -1,
-               kind + " run made no progress for " + Fmt(hang_after.count()) + " s; stopping its agents");
-      for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
-        if (s.ranks[rank].state == "running") RetireAgent(s, lock, rank);
-      }
-      break;
-    }
-  }
-  if (s.end_requested) {
-    StopRun(s, lock);
-    return Aborted("session ended");
-  }
-  std::string failures;
-  for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
-    const Rank& r = s.ranks[rank];
-    if (r.state != "finished") {
-      failures += (failures.empty() ? "" : "; ") + std::string("rank ") + std::to_string(rank) + " " + r.state +
-                  (r.message.empty() ? "" : ": " + r.message);
-    }
-  }
-  UpdateRunState(s);
-  if (!failures.empty()) StopRun(s, lock);
-  return failures.empty() ? Status::Ok() : Aborted(failures);
-}
-
-// Asks every running rank to stop (they agree on a step through the
-// all-reduce) and waits; an agent that does not answer in time is killed.
-void SessionManager::StopRun(Session& s, Lock& lock) {
-  if (!s.run) return;
-  v1::ControllerMessage msg;
-  msg.mutable_stop()->set_run_id(s.run->id);
-  for (auto& r : s.ranks) {
-    if (r.state == "running") pool_->Send(r.agent_id, msg);
-  }
-  // A healthy rank stops after its current step; one stuck in a collective
-  // never will, and is killed like an operator would kill a hung job.
-  const auto limit = std::chrono::duration<double>(std::min(s.rec.job().comm().timeout_s() + 5.0, 15.0));
-  s.cv.wait_for(lock, limit, [&] { return RunOver(s); });
-  for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
-    if (s.ranks[rank].state == "running") {
-      AddEvent(s, "rank_unresponsive", rank, "rank " + std::to_string(rank) + " did not stop; its agent was killed");
-      RetireAgent(s, lock, rank);
-    }
-  }
-  if (s.run->state == "starting" || s.run->state == "running") s.run->state = "stopped";
-}
-
-// Stops a rank's agent on purpose (replace host, hung, teardown). A local
-// agent is killed; a remote one is told to stop its run and is not handed a
-// new job until it reports that run over (the pool tracks that).
-void SessionManager::RetireAgent(Session& s, Lock& lock, int rank) {
-  Rank& r = s.ranks[rank];
-  if (r.agent_id.empty()) return;
-  s.retired.insert(r.agent_id);
-  const std::string id = r.agent_id;
-  if (!launcher_ && s.run && (r.state == "running" || r.state == "starting")) {
-    v1::ControllerMessage msg;
-    msg.mutable_stop()->set_run_id(s.run->id);
-    pool_->Send(id, msg);
-  }
-  if (launcher_) launcher_->Kill(id);
-  r.state = "retired";
-  r.message.clear();
-  pool_->Forget(id);
-  if (launcher_) {
-    lock.unlock();
-    for (int i = 0; i < 100 && launcher_->Running(id); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    lock.lock();
-  }
-  std::lock_guard<std::mutex> g(mu_);
-  agent_session_.erase(id);
-}
-
-void SessionManager::Teardown(Session& s, Lock& lock) {
-  if (s.run) StopRun(s, lock);
-  for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
-    RetireAgent(s, lock, rank);  // lost ones too: their process may linger
-    s.ranks[rank].state = "stopped";
-  }
-  Save(s);
-}
-
-// ---------------------------------------------------------- agent reports
-
-void SessionManager::OnSteps(const std::string& agent_id, const v1::StepBatch& batch) {
-  auto s = SessionOfAgent(agent_id);
-  if (!s) return;
-  std::lock_guard<std::mutex> lock(s->mu);
-  if (!s->run || s->run->id != batch.run_id()) return;
-  for (const auto& step : batch.steps()) {
-    if (step.rank() < 0 || step.rank() >= static_cast<int>(s->ranks.size())) continue;
-    Rank& r = s->ranks[step.rank()];
-    if (r.agent_id != agent_id) continue;  // an agent reports for its own rank only
-    r.steps.push_back(step);
-    // Keep the newest: drop the older half when the cap is reached, so the
-    // cost per report stays constant.
-    if (r.steps.size() >= 2 * opts_.steps_kept) r.steps.erase(r.steps.begin(), r.steps.end() - opts_.steps_kept);
-    r.last_step_at = std::chrono::steady_clock::now();
-    if (s->run->kind == "main" && s->rec.fault_onset_unix_ms() == 0)
-      s->rec.set_fault_onset_unix_ms(FaultOnsetUnixMs(s->rec.faults(), step));
-  }
-  s->run->state = "running";
-  s->run->last_progress = std::chrono::steady_clock::now();
-}
-
-void SessionManager::OnJobEvent(const std::string& agent_id, const v1::JobEvent& ev) {
-  auto s = SessionOfAgent(agent_id);
-  if (!s) return;
-  std::unique_lock<std::mutex> lock(s->mu);
-  if (!s->run || s->run->id != ev.run_id()) return;
-  if (ev.rank() < 0 || ev.rank() >= static_cast<int>(s->ranks.size())) return;
-  Rank& r = s->ranks[ev.rank()];
-  // An agent may only speak for its own rank, and one we retired (killed,
-  // told to stop) no longer speaks: its last words may race its removal.
-  if (r.agent_id != agent_id || s->retired.count(agent_id)) return;
-  s->run->last_progress = std::chrono::steady_clock::now();
-  switch (ev.kind()) {
-    case v1::JobEvent::STORE_READY: {
-      if (ev.rank() != 0) break;
-      v1::ControllerMessage msg;
-      auto* rv = msg.mutable_rendezvous();
-      rv->set_run_id(ev.run_id());
-      rv->set_store_host(ev.store_host());
-      rv->set_store_port(ev.store_port());
-      for (size_t i = 1; i < s->ranks.size(); ++i) pool_->Send(s->ranks[i].agent_id, msg);
-      break;
-    }
-    case v1::JobEvent::STARTED:
-      break;
-    case v1::JobEvent::FINISHED:
-      r.state = "finished";
-      break;
-    case v1::JobEvent::FAILED:
-      r.state = "failed";
-      r.message = ev.message();
-      AddEvent(*s, "rank_failed", ev.rank(), ev.message());
-      break;
-    default:
-      break;
-  }
-  UpdateRunState(*s);
-  lock.unlock();
-  s->cv.notify_all();
-}
-
-void SessionManager::MarkRankLost(Session& s, int rank, const std::string& why) {
-  Rank& r = s.ranks[rank];
-  if (r.state == "lost") {
-    r.message = why;  // a process exit explains more than a closed stream
-    return;
-  }
-  r.state = "lost";
-  r.message = why;
-  UpdateRunState(s);
-  AddEvent(s, "rank_lost", rank,
-           "rank " + std::to_string(rank) + " (host " + r.host + ", pid " + std::to_string(r.pid) + ") lost: " + why);
-  // Its peers are stuck in (or about to enter) a collective with it.
-  if (s.run) {
-    v1::ControllerMessage msg;
-    msg.mutable_stop()->set_run_id(s.run->id);
-    for (auto& other : s.ranks) {
-      if (other.state == "running") pool_->Send(other.agent_id, msg);
-    }
-  }
-}
-
-void SessionManager::OnAgentGone(const std::string& agent_id, const std::string& reason) {
-  auto s = SessionOfAgent(agent_id);
-  if (!s) return;
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    if (s->retired.count(agent_id)) return;
-    for (int rank = 0; rank < static_cast<int>(s->ranks.size()); ++rank) {
-      if (s->ranks[rank].agent_id == agent_id) MarkRankLost(*s, rank, reason);
-    }
-  }
-  s->cv.notify_all();
-}
-
-void SessionManager::OnAgentExit(const std::string& agent_id, int pid, const std::string& how) {
-  OnAgentGone(agent_id, "agent process " + how);
+  Finish(s, lock, SessionState::kScored);
 }
 
 StatusOr<v1::SessionInfo> SessionManager::End(const std::string& id) {
@@ -775,7 +433,7 @@ StatusOr<v1::SessionInfo> SessionManager::End(const std::string& id) {
   Session& s = **sp;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    if (!s.end_requested && !TerminalState(s.rec.info().state())) {
+    if (!s.end_requested && !Terminal(s.state)) {
       s.end_requested = true;
       s.end_reason = "ended by the learner";
     }
@@ -784,20 +442,15 @@ StatusOr<v1::SessionInfo> SessionManager::End(const std::string& id) {
   JoinDriver(s);
   // A driver still starting (or a Shutdown joining it) finishes it: wait.
   Lock lock(s.mu);
-  s.cv.wait_for(lock, std::chrono::seconds(60), [&] { return TerminalState(s.rec.info().state()); });
+  s.cv.wait_for(lock, std::chrono::seconds(60), [&] { return Terminal(s.state); });
   return s.rec.info();
 }
 
 // -------------------------------------------------------------- helpers
 
-std::vector<std::vector<v1::StepReport>> SessionManager::StepsByRank(const Session& s) const {
-  std::vector<std::vector<v1::StepReport>> out;
-  for (const auto& r : s.ranks) out.push_back(r.steps);
-  return out;
-}
-
-void SessionManager::SetState(Session& s, const std::string& state) {
-  s.rec.mutable_info()->set_state(state);
+void SessionManager::SetState(Session& s, SessionState state) {
+  s.state = state;
+  s.rec.mutable_info()->set_state(Name(state));
   Save(s);
   s.cv.notify_all();
 }

@@ -1,15 +1,17 @@
 // Sessions: one learner's attempt at one scenario. Each session has a driver
-// thread that walks its state machine
-//   created -> baseline -> running -> fixing -> verifying -> scored
-// (or ended: the learner or the time limit stopped it before a scored fix;
-// or aborted: something failed) by assigning job runs to agents and waiting
-// for what they report. The public RPCs only read state or leave requests
-// for the driver.
+// thread that walks its state machine (session_state.h) by assigning job
+// runs to agents and waiting for what they report. The public RPCs only read
+// state or leave requests for the driver.
 //
-// Files: session_manager.cc drives sessions (lifecycle, agents, runs);
-// session_actions.cc takes the learner's diagnosis, fix and hints and
-// grades; session_verify.cc measures a fix; session_observe.cc is the read
-// side (status, trace, logs, flight recorders); session_probe.cc runs probes.
+// Files, by meaning:
+//   session_manager.cc  the state machine and its timeline: start, drive,
+//                       end, events, persistence
+//   session_runs.cc     run orchestration: agents (launch, retire), runs
+//                       (start, stop, hang), what agents report
+//   session_actions.cc  the learner's actions: diagnose, fix, hint
+//   session_grading.cc  grading: a fix's paired verification, the score
+//   session_observe.cc  the read side: status, trace, logs, flight recorders
+//   session_probe.cc    communication probes between two steps
 #pragma once
 
 #include <atomic>
@@ -29,6 +31,7 @@
 #include "controller/agent_pool.h"
 #include "controller/launcher.h"
 #include "controller/run_metrics.h"
+#include "controller/session_state.h"
 #include "controller/store.h"
 #include "firedrill/v1/controller.pb.h"
 #include "firedrill/v1/scenario.pb.h"
@@ -53,17 +56,6 @@ struct SessionManagerOptions {
   // Keys the session seed into the draws (controller/draws.h).
   std::string draw_key;
 };
-
-// Session states.
-inline constexpr const char* kCreated = "created";
-inline constexpr const char* kBaseline = "baseline";
-inline constexpr const char* kRunning = "running";
-inline constexpr const char* kFixing = "fixing";
-inline constexpr const char* kVerifying = "verifying";
-inline constexpr const char* kScored = "scored";
-inline constexpr const char* kEnded = "ended";
-inline constexpr const char* kAborted = "aborted";
-bool TerminalState(const std::string& state);
 
 class SessionManager : public AgentListener {
  public:
@@ -110,21 +102,22 @@ class SessionManager : public AgentListener {
     std::string agent_id;
     std::string host;
     int pid = 0;
-    std::string state = "idle";  // idle|starting|running|finished|failed|lost|retired
+    RankState state = RankState::kIdle;
     std::string message;
     std::vector<v1::StepReport> steps;  // this run's newest reports, in order
     std::chrono::steady_clock::time_point last_step_at;  // when the newest report arrived
   };
   struct Run {
     std::string id;
-    std::string kind;  // baseline|main|healthy|verify
+    RunKind kind = RunKind::kMain;
     int64_t steps_total = 0;
-    std::string state = "starting";
+    RunState state = RunState::kStarting;
     std::chrono::steady_clock::time_point last_progress;
   };
   struct Session {
     std::mutex mu;
     std::condition_variable cv;
+    SessionState state = SessionState::kCreated;  // rec.info().state() is its name
     v1::SessionRecord rec;
     const v1::Scenario* scenario = nullptr;
     std::vector<Rank> ranks;
@@ -168,9 +161,9 @@ class SessionManager : public AgentListener {
   Status EnsureAgents(Session& s, Lock& lock);
   // `job`: run this instead of the session's job (which the learner reads
   // through status and config, so it is never swapped out).
-  Status RunJob(Session& s, Lock& lock, const std::string& kind, int64_t steps, bool with_faults,
+  Status RunJob(Session& s, Lock& lock, RunKind kind, int64_t steps, bool with_faults,
                 const v1::JobSpec* job = nullptr);
-  void StartRun(Session& s, const std::string& kind, int64_t steps, bool with_faults,
+  void StartRun(Session& s, RunKind kind, int64_t steps, bool with_faults,
                 const v1::JobSpec* job = nullptr);
   bool RunOver(const Session& s) const;
   // finished/failed once every rank has ended.
@@ -179,17 +172,17 @@ class SessionManager : public AgentListener {
   void RetireAgent(Session& s, Lock& lock, int rank);
   void Teardown(Session& s, Lock& lock);
   void MarkRankLost(Session& s, int rank, const std::string& why);
-  void SetState(Session& s, const std::string& state);
+  void SetState(Session& s, SessionState state);
   void AddEvent(Session& s, const std::string& kind, int rank, const std::string& message);
   void Save(Session& s);
   // Scores the session as it stands, stores the score, stops its agents and
   // moves it to `state` (scored or ended).
-  void Finish(Session& s, Lock& lock, const std::string& state);
+  void Finish(Session& s, Lock& lock, SessionState state);
   v1::ScoreReport ComputeScore(Session& s);
-  // The measured verification of an applied fix (session_verify.cc).
+  // The measured verification of an applied fix (session_grading.cc).
   v1::Verification VerifyFix(Session& s, Lock& lock);
   // Runs `job` (or the session's) for one verification window and measures it.
-  Status MeasureRun(Session& s, Lock& lock, const std::string& kind, const v1::JobSpec* job, bool with_faults,
+  Status MeasureRun(Session& s, Lock& lock, RunKind kind, const v1::JobSpec* job, bool with_faults,
                     WindowStats* out);
   v1::RunSummary Summarize(const Session& s, int window) const;
   std::vector<std::vector<v1::StepReport>> StepsByRank(const Session& s) const;

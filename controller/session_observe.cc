@@ -18,10 +18,10 @@ namespace firedrill::controller {
 v1::RunSummary SessionManager::Summarize(const Session& s, int window) const {
   v1::RunSummary out;
   if (!s.run) return out;
-  out.set_kind(s.run->kind);
-  out.set_state(s.run->state);
+  out.set_kind(Name(s.run->kind));
+  out.set_state(Name(s.run->state));
   // The main run has no planned end (it trains until the fix): 0.
-  out.set_steps_total(s.run->kind == "main" ? 0 : s.run->steps_total);
+  out.set_steps_total(s.run->kind == RunKind::kMain ? 0 : s.run->steps_total);
   int64_t done = s.run->steps_total;
   for (const auto& r : s.ranks) done = std::min<int64_t>(done, r.steps.empty() ? 0 : r.steps.back().step() + 1);
   out.set_steps_done(done);
@@ -51,10 +51,10 @@ StatusOr<v1::SessionStatus> SessionManager::GetStatus(const std::string& id) {
     row.set_host(rank < s.rec.hosts_size() ? s.rec.hosts(rank) : r.host);
     row.set_agent_id(r.agent_id);
     row.set_pid(r.pid);
-    row.set_state(r.state);
+    row.set_state(Name(r.state));
     row.set_message(r.message);
     FillRankWindow(r.steps, opts_.status_window, &row);
-    if (!r.steps.empty() && r.state == "running") {
+    if (!r.steps.empty() && r.state == RankState::kRunning) {
       row.set_since_last_step_s(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - r.last_step_at).count());
     }
@@ -82,8 +82,7 @@ StatusOr<v1::SessionStatus> SessionManager::GetStatus(const std::string& id) {
   // Before the faulty run starts, rec.job is still the healthy baseline's;
   // the learner only ever sees the config as deployed.
   *st.mutable_job() = s.rec.job();
-  const std::string& state = s.rec.info().state();
-  if (state == kCreated || state == kBaseline) {
+  if (s.state == SessionState::kCreated || s.state == SessionState::kBaseline) {
     faults::ApplyFaultsToJob(std::vector<v1::ResolvedFault>(s.rec.faults().begin(), s.rec.faults().end()),
                              st.mutable_job());
   }
@@ -101,7 +100,7 @@ StatusOr<v1::TraceResponse> SessionManager::GetTrace(const v1::GetTraceRequest& 
                            " is not a range (FROM:TO, TO exclusive and > FROM)");
   v1::TraceResponse out;
   out.set_session_id(req.session_id());
-  if (s.run) out.set_run(s.run->kind);
+  if (s.run) out.set_run(Name(s.run->kind));
   int64_t newest = -1;
   for (const auto& r : s.ranks)
     if (!r.steps.empty()) newest = std::max(newest, r.steps.back().step());

@@ -40,17 +40,18 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunProbe(const v1::RunProbeReques
   {
     std::lock_guard<std::mutex> lock(s.mu);
     FD_RETURN_IF_ERROR(ToolOffered(s, "probes"));
-    if (!s.run || s.run->kind != "main" || s.run->state != "running")
+    if (!s.run || s.run->kind != RunKind::kMain || s.run->state != RunState::kRunning)
       return FailedPrecondition(
           "probes run between the steps of the session's job, and it is not running now" +
-          std::string(s.run && s.run->kind != "main" ? " (the controller is measuring a " + s.run->kind +
-                                                           " run; try again when it is done)"
-                                                     : "") +
+          std::string(s.run && s.run->kind != RunKind::kMain
+                          ? std::string(" (the controller is measuring a ") + Name(s.run->kind) +
+                                " run; try again when it is done)"
+                          : "") +
           "; see `firedrill status`");
     run_id = s.run->id;
     for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
-      if (s.ranks[rank].agent_id.empty() || s.ranks[rank].state != "running")
-        return FailedPrecondition("rank " + std::to_string(rank) + " is " + s.ranks[rank].state +
+      if (s.ranks[rank].agent_id.empty() || s.ranks[rank].state != RankState::kRunning)
+        return FailedPrecondition("rank " + std::to_string(rank) + " is " + Name(s.ranks[rank].state) +
                                   ", not running: a probe needs every rank of the job");
       agents.emplace_back(rank, s.ranks[rank].agent_id);
     }
@@ -79,7 +80,7 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunProbe(const v1::RunProbeReques
   // failure on any rank fails it on all.
   std::unique_lock<std::mutex> lock(s.mu);
   auto over = [&] {
-    if (!s.run || s.run->id != run_id || (s.run->state != "running" && s.run->state != "starting")) return true;
+    if (!s.run || s.run->id != run_id || (s.run->state != RunState::kRunning && s.run->state != RunState::kStarting)) return true;
     for (const auto& [rank, r] : s.probe_replies)
       if (!r.error().empty()) return true;
     return false;
@@ -108,7 +109,7 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunProbe(const v1::RunProbeReques
   const double waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!errors.empty()) return Unavailable("probe " + spec->op() + " failed: " + errors);
   if (!missing.empty()) {
-    if (!s.run || s.run->id != run_id || s.run->state != "running")
+    if (!s.run || s.run->id != run_id || s.run->state != RunState::kRunning)
       return Unavailable("the job ended before ranks " + missing + " finished the probe");
     if (begun && !done)
       return DeadlineExceeded("the probe was still running on ranks " + missing + " after " +

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "analysis/straggler.h"
 #include "cli/commands.h"
 #include "cli/demo.h"
 
@@ -111,7 +112,7 @@ int WatchForStraggler(cli::DrillClient& c, const std::string& id, int timeout_s)
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
     auto st = c.GetStatus(id);
     if (!st.ok()) return -1;
-    const int r = cli::FindStraggler(*st, 1.5, nullptr);
+    const int r = analysis::FindStraggler(*st, 1.5, nullptr);
     streak = (r >= 0 && r == last) ? streak + 1 : (r >= 0 ? 1 : 0);
     last = r;
   }

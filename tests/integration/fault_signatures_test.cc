@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "cli/flight_recorder.h"
+#include "analysis/flight_records.h"
 #include "common/stats.h"
 #include "faults/registry.h"
 #include "tests/integration/rank_threads.h"
@@ -170,7 +170,7 @@ TEST(FaultSignature, CollectiveDesyncHangsAtTheEpochEndAndTheFlightRecorderNames
     // ...6 s into it: long enough for the analysis to call it stopped.
     rank->set_unix_ns(last_start + 6'000'000'000);
   }
-  const cli::FrAnalysis a = cli::AnalyzeFlightRecords(fr);
+  const analysis::FrAnalysis a = analysis::AnalyzeFlightRecords(fr);
   EXPECT_TRUE(a.desync) << a.summary;
   EXPECT_EQ(a.odd_ranks, std::vector<int>{0}) << a.summary;
 }

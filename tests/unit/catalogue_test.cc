@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cli/output.h"
-#include "controller/scenario_loader.h"
+#include "scenario/loader.h"
 #include "faults/registry.h"
 #include "faults/targeting.h"
 
@@ -60,7 +60,7 @@ std::string AnswerClassOf(const v1::Scenario& sc) {
 }
 
 TEST(Catalogue, NoConfigValueIsATellOfOneKindOfProblem) {
-  auto all = controller::LoadScenarioDir(FIREDRILL_SOURCE_DIR "/scenarios");
+  auto all = scenario::LoadScenarioDir(FIREDRILL_SOURCE_DIR "/scenarios");
   ASSERT_TRUE(all.ok()) << all.status().message();
   ASSERT_GE(all->size(), 13u);
   // feature -> the answer classes of the drills that show it; and whether some
@@ -92,7 +92,7 @@ TEST(Catalogue, NoConfigValueIsATellOfOneKindOfProblem) {
 
 TEST(Catalogue, TheNegativeControlsShip) {
   // The negative controls ship: a drill with no fault, one with two.
-  auto all = controller::LoadScenarioDir(FIREDRILL_SOURCE_DIR "/scenarios");
+  auto all = scenario::LoadScenarioDir(FIREDRILL_SOURCE_DIR "/scenarios");
   ASSERT_TRUE(all.ok()) << all.status().message();
   bool none = false, two = false;
   for (const auto& sc : *all) {

@@ -1,4 +1,5 @@
 // The flight recorder's cross-rank analysis on hand-made dumps.
+#include "analysis/flight_records.h"
 #include "cli/flight_recorder.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +8,9 @@
 
 namespace firedrill::cli {
 namespace {
+
+using analysis::AnalyzeFlightRecords;
+using analysis::FrAnalysis;
 
 void Add(v1::RankFlightRecord* r, int64_t seq, const std::string& op, int64_t bytes, int64_t step,
          const std::string& state) {

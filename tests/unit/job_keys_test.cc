@@ -1,10 +1,10 @@
 // The job-key table: every key a fix can name has a class, and the classes
 // are the ones the scoring rules rely on.
-#include "controller/job_keys.h"
+#include "scenario/job_keys.h"
 
 #include <gtest/gtest.h>
 
-namespace firedrill::controller {
+namespace firedrill::scenario {
 namespace {
 
 TEST(JobKeys, EveryKeyIsInTheTable) {
@@ -36,4 +36,4 @@ TEST(JobKeys, AllowedByKeyOrPrefixOnDotBoundaries) {
 }
 
 }  // namespace
-}  // namespace firedrill::controller
+}  // namespace firedrill::scenario

@@ -1,4 +1,4 @@
-#include "controller/scenario_loader.h"
+#include "scenario/loader.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-namespace firedrill::controller {
+namespace firedrill::scenario {
 namespace {
 
 const std::string kShipped = std::string(FIREDRILL_SOURCE_DIR) + "/scenarios/throughput-halved.yaml";
@@ -326,9 +326,9 @@ TEST(ValidateJob, PrefixesWhere) {
 }
 
 }  // namespace
-}  // namespace firedrill::controller
+}  // namespace firedrill::scenario
 
-namespace firedrill::controller {
+namespace firedrill::scenario {
 namespace {
 
 namespace fs = std::filesystem;
@@ -394,4 +394,4 @@ TEST(ScenarioLoader, WarnsWhenWhatALearnerReadsNamesTheAnswer) {
 }
 
 }  // namespace
-}  // namespace firedrill::controller
+}  // namespace firedrill::scenario

@@ -239,12 +239,12 @@ class SessionDriveTest : public ::testing::Test {
     ASSERT_EQ(pool_.Connected().size(), n);
   }
   // Polls the session's state until `want` (or a terminal state).
-  std::string WaitState(const std::string& id, const std::string& want, int seconds = 30) {
+  std::string WaitState(const std::string& id, SessionState want, int seconds = 30) {
     std::string state;
     for (int i = 0; i < seconds * 50; ++i) {
       auto st = sm_->GetStatus(id);
       if (st.ok()) state = st->session().state();
-      if (state == want || TerminalState(state)) return state;
+      if (state == Name(want) || TerminalState(state)) return state;
       std::this_thread::sleep_for(20ms);
     }
     return state;
@@ -256,7 +256,7 @@ class SessionDriveTest : public ::testing::Test {
     auto info = sm_->Start(req);
     EXPECT_TRUE(info.ok()) << info.status().message();
     if (!info.ok()) return "";
-    EXPECT_EQ(WaitState(info->session_id(), kRunning), kRunning);
+    EXPECT_EQ(WaitState(info->session_id(), SessionState::kRunning), Name(SessionState::kRunning));
     return info->session_id();
   }
 
@@ -289,7 +289,7 @@ TEST_F(SessionDriveTest, ASessionPlaysThroughToItsScore) {
   fix.set_session_id(id);
   fix.add_replace_host_ranks(1);
   ASSERT_TRUE(sm_->Fix(fix).ok());
-  EXPECT_EQ(WaitState(id, kScored), kScored);
+  EXPECT_EQ(WaitState(id, SessionState::kScored), Name(SessionState::kScored));
   auto score = sm_->GetScore(id);
   ASSERT_TRUE(score.ok());
   EXPECT_TRUE(score->final());
@@ -309,7 +309,7 @@ TEST_F(SessionDriveTest, ConcurrentEndsAndAShutdownEndTheSessionOnce) {
   for (int i = 0; i < 4; ++i) {
     enders.emplace_back([&] {
       auto r = sm_->End(id);
-      if (r.ok() && r->state() == kEnded) ++ok;
+      if (r.ok() && r->state() == Name(SessionState::kEnded)) ++ok;
     });
   }
   enders.emplace_back([&] { sm_->Shutdown(); });
@@ -330,7 +330,7 @@ TEST_F(SessionDriveTest, ARemoteAgentThatWasReplacedGetsNoJobWhileItsOldOneRuns)
   fix.set_session_id(id);
   fix.add_replace_host_ranks(1);
   ASSERT_TRUE(sm_->Fix(fix).ok());
-  ASSERT_EQ(WaitState(id, kScored), kScored);
+  ASSERT_EQ(WaitState(id, SessionState::kScored), Name(SessionState::kScored));
   EXPECT_EQ(a0.refused() + a1.refused() + spare.refused(), 0) << "a busy agent was handed another job";
   EXPECT_GT(spare.jobs(), 0) << "the spare took rank 1";
 }
@@ -351,7 +351,7 @@ TEST_F(SessionDriveTest, ARankWhoseAgentFailedAndLeftIsReplacedBeforeTheNextRun)
   s->set_value("6");
   auto fixed = sm_->Fix(fix);
   ASSERT_TRUE(fixed.ok()) << StatusCodeName(fixed.status().code()) << ": " << fixed.status().message() << " id=" << id;
-  EXPECT_EQ(WaitState(id, kScored, 60), kScored);
+  EXPECT_EQ(WaitState(id, SessionState::kScored, 60), Name(SessionState::kScored));
   auto score = sm_->GetScore(id);
   ASSERT_TRUE(score.ok());
   EXPECT_TRUE(score->verification().done());

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace firedrill::controller {
+namespace firedrill::scenario {
 
 enum class JobKeyClass { kWorkload, kOperational, kEnvironment };
 
@@ -32,4 +32,4 @@ bool InJobKeyTable(const std::string& key);
 // "loss_scale" allows "loss_scale.mode").
 bool KeyAllowed(const std::string& key, const std::vector<std::string>& allowed);
 
-}  // namespace firedrill::controller
+}  // namespace firedrill::scenario

@@ -1,5 +1,5 @@
 // Semantic checks on mapped scenarios, and `firedrill fix --set` (ApplyJobSetting).
-// The YAML -> proto mapping lives in scenario_loader.cc.
+// The YAML -> proto mapping lives in loader.cc.
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 
@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "common/suggest.h"
-#include "controller/job_keys.h"
-#include "controller/scenario_internal.h"
-#include "controller/scenario_loader.h"
+#include "scenario/job_keys.h"
+#include "scenario/internal.h"
+#include "scenario/loader.h"
 #include "faults/registry.h"
 #include "faults/targeting.h"
 
-namespace firedrill::controller {
+namespace firedrill::scenario {
 
 namespace pb = google::protobuf;
 using namespace scenario_internal;  // NOLINT: this file's own helpers
@@ -387,4 +387,4 @@ Status ApplyJobSetting(v1::JobSpec* job, const std::string& key, const std::stri
 
 #undef FD_CHECK
 
-}  // namespace firedrill::controller
+}  // namespace firedrill::scenario

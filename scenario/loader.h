@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "common/status.h"
-#include "controller/job_keys.h"
+#include "scenario/job_keys.h"
 #include "firedrill/v1/scenario.pb.h"
 
-namespace firedrill::controller {
+namespace firedrill::scenario {
 
 // Parses YAML text; `filename` is used only in messages. Validates too.
 StatusOr<v1::Scenario> ParseScenario(const std::string& yaml_text, const std::string& filename);
@@ -38,4 +38,4 @@ std::vector<std::string> ScenarioWarnings(const v1::Scenario& s);
 // resulting job is validated.
 Status ApplyJobSetting(v1::JobSpec* job, const std::string& key, const std::string& value);
 
-}  // namespace firedrill::controller
+}  // namespace firedrill::scenario

@@ -1,4 +1,4 @@
-#include "controller/job_keys.h"
+#include "scenario/job_keys.h"
 
 #include <google/protobuf/descriptor.h>
 
@@ -7,7 +7,7 @@
 
 #include "firedrill/v1/scenario.pb.h"
 
-namespace firedrill::controller {
+namespace firedrill::scenario {
 
 namespace {
 
@@ -114,4 +114,4 @@ bool KeyAllowed(const std::string& key, const std::vector<std::string>& allowed)
   return false;
 }
 
-}  // namespace firedrill::controller
+}  // namespace firedrill::scenario

@@ -1,6 +1,6 @@
 // Private to fd_scenario: helpers shared by the YAML mapper
-// (scenario_loader.cc) and the semantic checks / `fix --set`
-// (scenario_validate.cc). Not part of the API; include scenario_loader.h.
+// (loader.cc) and the semantic checks / `fix --set`
+// (validate.cc). Not part of the API; include loader.h.
 #pragma once
 
 #include <google/protobuf/descriptor.h>
@@ -14,7 +14,7 @@
 
 #include "firedrill/v1/scenario.pb.h"
 
-namespace firedrill::controller::scenario_internal {
+namespace firedrill::scenario::scenario_internal {
 
 // --- paths and messages ------------------------------------------------------
 
@@ -56,7 +56,7 @@ inline std::string FormatProblem(const std::string& where, const Problem& p) {
   return out + (out.empty() ? "" : ": ") + p.message;
 }
 
-// --- scalars (scenario_loader.cc; shared by the mapper and ApplyJobSetting) ---
+// --- scalars (loader.cc; shared by the mapper and ApplyJobSetting) ---
 
 // What a field takes, for messages: "an integer", "one of A, B", ...
 std::string Expected(const google::protobuf::FieldDescriptor* f);
@@ -67,8 +67,8 @@ std::optional<int64_t> ParseInt(const std::string& s, int64_t lo, int64_t hi);
 std::optional<std::string> SetScalar(google::protobuf::Message* msg,
                                      const google::protobuf::FieldDescriptor* f, const std::string& text);
 
-// --- semantic checks (scenario_validate.cc) -----------------------------------
+// --- semantic checks (validate.cc) -----------------------------------
 
 Check CheckScenario(const v1::Scenario& s);
 
-}  // namespace firedrill::controller::scenario_internal
+}  // namespace firedrill::scenario::scenario_internal

@@ -1,4 +1,4 @@
-#include "controller/scenario_loader.h"
+#include "scenario/loader.h"
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
@@ -16,10 +16,10 @@
 #include <optional>
 #include <sstream>
 
-#include "controller/scenario_internal.h"
+#include "scenario/internal.h"
 #include "faults/registry.h"
 
-namespace firedrill::controller {
+namespace firedrill::scenario {
 
 namespace pb = google::protobuf;
 using namespace scenario_internal;  // NOLINT: this library's own helpers
@@ -414,4 +414,4 @@ StatusOr<std::vector<v1::Scenario>> LoadScenarioDirs(const std::vector<std::stri
   return out;
 }
 
-}  // namespace firedrill::controller
+}  // namespace firedrill::scenario

@@ -1,0 +1,26 @@
+#include "common/format.h"
+
+#include <cmath>
+#include <cstdio>
+#include <iterator>
+
+namespace firedrill {
+
+std::string Num(double v, int precision) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", precision, v);
+  return buf;
+}
+
+std::string Bytes(int64_t n) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int unit = 0;
+  while (std::abs(v) >= 1024 && unit + 1 < static_cast<int>(std::size(kUnits))) {
+    v /= 1024;
+    ++unit;
+  }
+  return (unit == 0 ? Num(v) : Num(v, 1)) + " " + kUnits[unit];
+}
+
+}  // namespace firedrill
