@@ -14,7 +14,6 @@
 #include "agent/loss_scaler.h"
 #include "agent/model.h"
 #include "agent/optim.h"
-#include "faults/hook_bus.h"
 #include "agent/error_text.h"
 
 namespace firedrill::agent {
@@ -149,8 +148,7 @@ StatusOr<RestoredState> RestoreTrainState(const ShardData& shard, TrainModel& mo
   return out;
 }
 
-Status SaveShardedCheckpoint(comm::ProcessGroup& pg, faults::HookBus* bus, const CheckpointTarget& t,
-                             const ShardData& shard) {
+Status SaveShardedCheckpoint(comm::ProcessGroup& pg, const CheckpointTarget& t, const ShardData& shard) {
   const int rank = t.rank, world = t.world_size;
   const int64_t steps = t.steps;
   const std::string dir = StepDir(t.root, steps);
@@ -158,8 +156,6 @@ Status SaveShardedCheckpoint(comm::ProcessGroup& pg, faults::HookBus* bus, const
       "rank " + std::to_string(rank) + " step " + std::to_string(steps - 1) + ": checkpoint " + dir + ": ";
   ShardInfo info;
   const Status written = WriteShard(dir, rank, shard, &info);
-  // After the digest was taken: damage done here is what a load must catch.
-  if (written.ok() && bus) bus->OnCheckpointWrite({{rank, steps - 1}, dir + "/" + info.file});
 
   // Every rank learns every shard's size and digest (and who failed) in one
   // small all-reduce: each fills its own row of zeros.

@@ -21,9 +21,6 @@
 #include "common/status.h"
 #include "firedrill/v1/scenario.pb.h"
 
-namespace firedrill::faults {
-class HookBus;
-}
 
 namespace firedrill::agent {
 
@@ -71,8 +68,6 @@ struct CheckpointTarget {
 // shard's size and SHA-256 (and which ranks failed), so rank 0 can write the
 // manifest last without re-reading the shards, and prune. A rank that could
 // not write makes every rank return an error and no manifest is written.
-// `bus` (may be null) sees OnCheckpointWrite after the digest was taken.
-Status SaveShardedCheckpoint(comm::ProcessGroup& pg, faults::HookBus* bus, const CheckpointTarget& target,
-                             const ShardData& shard);
+Status SaveShardedCheckpoint(comm::ProcessGroup& pg, const CheckpointTarget& target, const ShardData& shard);
 
 }  // namespace firedrill::agent

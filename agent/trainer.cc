@@ -10,6 +10,7 @@
 #include <cmath>
 #include <fstream>
 #include <mutex>
+#include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <spdlog/spdlog.h>
@@ -27,7 +28,8 @@
 #include "agent/reducer.h"
 #include "agent/train_state.h"
 #include "common/rng.h"
-#include "faults/hook_bus.h"
+#include "faults/runner.h"
+#include "faults/seams.h"
 #include "agent/error_text.h"
 
 namespace firedrill::agent {
@@ -96,7 +98,17 @@ struct Trainer::Impl {
   int64_t max_steps = 0;
   int64_t global_batch = 0;  // micro-batch x accum x world
   double target_lr = 0;      // after the scaling rule, before warmup
-  std::unique_ptr<faults::HookBus> bus;
+  // The seams this rank's faults act on (faults/seams.h) and the runner
+  // that applies them on schedule.
+  faults::ComputeSlowdown compute;
+  faults::StorageLatency storage;
+  faults::LinkModel link;
+  std::unique_ptr<faults::ProcessEnvironment> environment;
+  faults::Seams seams;
+  std::unique_ptr<faults::FaultRunner> faults;
+  // Sleeps out a slowed compute phase that began at `t0`: (factor - 1) x
+  // its measured time, inside the phase's own timing.
+  void Stretch(std::chrono::steady_clock::time_point t0) const;
   std::unique_ptr<TrainModel> model;
   Precision precision;
   std::unique_ptr<LossScaler> scaler;
@@ -128,6 +140,13 @@ struct Trainer::Impl {
   std::string who() const { return "rank " + std::to_string(rank); }
 };
 
+void Trainer::Impl::Stretch(std::chrono::steady_clock::time_point t0) const {
+  const double f = compute.factor();
+  if (f <= 1.0) return;
+  const auto elapsed = std::chrono::steady_clock::now() - t0;
+  std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed * (f - 1.0)));
+}
+
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Trainer::~Trainer() = default;
 
@@ -154,9 +173,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
   auto data = DataOptionsFromJob(job, impl->rank, data_seed, impl->threads);
   if (!data.ok()) return WithPrefix(who, data.status());
   impl->data = *data;
-  auto bus = faults::HookBus::Create(opts.faults);
-  if (!bus.ok()) return WithPrefix(who, bus.status());
-  impl->bus = std::move(bus).value();
+  auto runner = faults::FaultRunner::Create(opts.faults);
+  if (!runner.ok()) return WithPrefix(who, runner.status());
+  impl->faults = std::move(runner).value();
+  impl->environment = std::make_unique<faults::ProcessEnvironment>(opts.export_fault_environment);
+  impl->seams = faults::Seams{&impl->compute, &impl->storage, &impl->link, impl->environment.get()};
   // Measured before any budget applies (the probe's own GEMMs must never be
   // what runs out of simulated memory).
   if (opts.telemetry) impl->peak_flops = PeakMatmulFlops(impl->threads);
@@ -213,8 +234,6 @@ Status Trainer::Impl::Resume(const std::string& who) {
     if (!latest.ok()) return WithPrefix(who + "resume: ", latest.status());
     dir = *latest;
   }
-  // A fault that damages checkpoints acts here, before the bytes are read.
-  bus->OnCheckpointRead({{rank, 0}, dir + "/" + ShardFileName(rank)});
   LoadExpect expect;
   expect.world_size = world;
   expect.config_hash = config_hash;
@@ -269,9 +288,17 @@ Status Trainer::Run(const std::atomic<bool>& stop,
   Impl& m = *impl_;
   const std::string who = "rank " + std::to_string(m.rank);
   int64_t step = m.steps_done.load();
+  // Whatever the outcome, nothing a fault changed outlives the run.
+  struct RecoverFaults {
+    Impl& m;
+    ~RecoverFaults() { m.faults->RecoverAll(m.seams); }
+  } recover{m};
   try {
     // Thread-local under OpenMP: set it on the thread that trains.
     at::set_num_threads(m.threads);
+    // Faults that act from the first step are in place before the group is
+    // built: Gloo's device is made from the environment as it is then.
+    if (Status st = m.faults->At(step, m.seams); !st.ok()) return BeforeStep(step, WithPrefix(who + ": ", st));
     comm::GroupOptions go;
     go.rank = m.rank;
     go.world_size = m.world;
@@ -279,12 +306,24 @@ Status Trainer::Run(const std::atomic<bool>& stop,
     const double timeout_s =
         m.opts.job.comm().timeout_s() > 0 ? m.opts.job.comm().timeout_s() : kDefaultCommTimeoutS;
     go.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::llround(timeout_s * 1000)));
-    go.hooks = m.bus.get();
+    go.link = &m.link;
     go.allow_shared_memory = m.opts.shared_memory_allreduce;
     if (!m.opts.recorder) m.opts.recorder = std::make_shared<comm::FlightRecorder>();
     go.recorder = m.opts.recorder;
-    go.socket_ifname = !m.opts.job.comm().socket_ifname().empty() ? m.opts.job.comm().socket_ifname()
-                                                                  : m.bus->SocketIfname();
+    // The job's setting wins; otherwise Gloo is built from the
+    // environment, as PyTorch's ProcessGroupGloo binding reads it.
+    go.socket_ifname = m.opts.job.comm().socket_ifname();
+    if (go.socket_ifname.empty()) {
+      const auto env = m.environment->Get("GLOO_SOCKET_IFNAME");
+      if (env && !env->empty()) {
+        go.socket_ifname = *env;
+        spdlog::info("{}: GLOO_SOCKET_IFNAME={} (from the environment): Gloo binds interface {}", who, *env, *env);
+      } else {
+        spdlog::info("{}: Gloo binds {} (no GLOO_SOCKET_IFNAME, no comm.socket_ifname)", who, go.device_host);
+      }
+    } else {
+      spdlog::info("{}: Gloo binds interface {} (comm.socket_ifname)", who, go.socket_ifname);
+    }
 
     std::unique_ptr<comm::ProcessGroup> pg;
     if (m.rank == 0) {
@@ -369,12 +408,12 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
   double sample_latency_ms = data.sample_latency_ms;
   try {
     for (; step < end; ++step) {
-      const faults::StepInfo at{rank, step};
       const auto t_step = Clock::now();
-      bus->OnStepBegin(at);
+      if (Status st = faults->At(step, seams); !st.ok())
+        return WithPrefix(who + " step " + std::to_string(step) + ": ", st);
       // Slow storage (a fault) reaches the batches made from now on; those
       // already prefetched keep the latency they were made with.
-      if (const double ms = data.sample_latency_ms + bus->ExtraSampleLatencyMs(at); ms != sample_latency_ms) {
+      if (const double ms = data.sample_latency_ms + storage.extra_ms(); ms != sample_latency_ms) {
         sample_latency_ms = ms;
         loader->set_sample_latency_ms(ms);
       }
@@ -395,7 +434,6 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
       for (int micro = 0; micro < accum; ++micro) {
         phase = "data";
         auto t0 = Clock::now();
-        bus->OnBatchFetch(at);
         auto batch = loader->Next();
         if (!batch.ok()) return WithPrefix(who + " step " + std::to_string(step) + ": ", batch.status());
         if (opts.on_batch) opts.on_batch(step, micro, *batch);
@@ -427,7 +465,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         // GradScaler.scale(): the scaled loss goes backward, so fp16
         // gradients sit in a range half can hold.
         if (scaling) loss = loss * scaler->scale();
-        bus->AfterCompute({at, faults::ComputePhase::kForward, Clock::now() - t0});
+        Stretch(t0);
         t1 = Clock::now();
         forward_ms += MsSince(t0, t1);
         span("forward", t0, t1, micro);
@@ -440,7 +478,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         reducer->Prepare(&pg, step, sync, sync && stop.load(std::memory_order_relaxed),
                          sync && opts.probes && opts.probes->pending());
         loss.backward();
-        bus->AfterCompute({at, faults::ComputePhase::kBackward, Clock::now() - t0});
+        Stretch(t0);
         t1 = Clock::now();
         backward_ms += MsSince(t0, t1);
         span("backward", t0, t1, micro);
@@ -493,7 +531,6 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         }
         scaler->Update(found_inf);
       }
-      bus->AfterCompute({at, faults::ComputePhase::kOptimizer, Clock::now() - t0});
       auto t1 = Clock::now();
       const double optim_ms = MsSince(t0, t1);
       span("optimizer", t0, t1, -1);
@@ -520,7 +557,6 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         span("checkpoint", t0, t_ck, -1);
       }
 
-      bus->OnStepEnd(at);
       const auto t_end = Clock::now();
       steps_done.store(step + 1);
 
@@ -634,7 +670,7 @@ Status Trainer::Impl::SaveCheckpoint(comm::ProcessGroup& pg, const DataLoader& l
   t.rank = rank;
   t.world_size = world;
   t.config_hash = config_hash;
-  return SaveShardedCheckpoint(pg, bus.get(), t, shard);
+  return SaveShardedCheckpoint(pg, t, shard);
 }
 
 }  // namespace firedrill::agent

@@ -140,8 +140,11 @@ void SessionManager::StartRun(Session& s, RunKind kind, int64_t steps, bool with
     if (with_faults) {
       for (auto f : faults::FaultsFor(all, rank, r.host)) {
         // A fault that belongs to a host is already there when a later run
-        // starts on that host.
-        if (kind != RunKind::kMain) f.set_trigger_step(0);
+        // starts on that host: the same window (and flapping), from step 0.
+        if (kind != RunKind::kMain) {
+          if (f.until_step() > 0) f.set_until_step(f.until_step() - f.trigger_step());
+          f.set_trigger_step(0);
+        }
         *job->add_faults() = f;
       }
     }

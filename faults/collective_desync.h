@@ -8,12 +8,10 @@
 // overlay only: the hang itself is real collectives waiting on each other.
 #pragma once
 
-#include "faults/fault.h"
+#include "common/status.h"
 #include "firedrill/v1/scenario.pb.h"
 
 namespace firedrill::faults {
-
-class CollectiveDesync : public Fault {};  // no runtime hooks
 
 Status ValidateCollectiveDesync(const v1::FaultSpec& spec);
 void ApplyCollectiveDesync(const v1::ResolvedFault& fault, v1::JobSpec* job);

@@ -13,12 +13,16 @@
 
 namespace firedrill::faults {
 
+// Sets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME (the runbook's two names
+// for the same mistake) in the host's environment; Gloo is built from it.
 class CommMisconfig : public Fault {
  public:
-  explicit CommMisconfig(std::string ifname) : ifname_(std::move(ifname)) {}
-  std::string SocketIfname() const override { return ifname_; }
+  CommMisconfig(FaultId id, std::string ifname) : id_(id), ifname_(std::move(ifname)) {}
+  Status Apply(Seams& s) override;
+  Status Recover(Seams& s) override;
 
  private:
+  FaultId id_;
   std::string ifname_;
 };
 

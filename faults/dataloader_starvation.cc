@@ -4,6 +4,17 @@
 
 namespace firedrill::faults {
 
+Status DataLoaderStarvation::Apply(Seams& s) {
+  if (!s.data) return MissingSeam("dataloader_starvation", "data");
+  s.data->AddReadLatency(id_, latency_ms_);
+  return Status::Ok();
+}
+
+Status DataLoaderStarvation::Recover(Seams& s) {
+  if (s.data) s.data->Restore(id_);
+  return Status::Ok();
+}
+
 Status ValidateDataLoaderStarvation(const v1::FaultSpec& spec) {
   const auto& p = spec.dataloader_starvation();
   if (!(p.sample_latency_ms() > 0 && p.sample_latency_ms() <= 1000)) {

@@ -14,10 +14,12 @@ namespace firedrill::faults {
 
 class DataLoaderStarvation : public Fault {
  public:
-  explicit DataLoaderStarvation(double sample_latency_ms) : latency_ms_(sample_latency_ms) {}
-  double ExtraSampleLatencyMs() const override { return latency_ms_; }
+  DataLoaderStarvation(FaultId id, double sample_latency_ms) : id_(id), latency_ms_(sample_latency_ms) {}
+  Status Apply(Seams& s) override;
+  Status Recover(Seams& s) override;
 
  private:
+  FaultId id_;
   double latency_ms_;
 };
 

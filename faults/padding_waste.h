@@ -5,12 +5,10 @@
 // data.sampler=length_bucketed removes most of it.
 #pragma once
 
-#include "faults/fault.h"
+#include "common/status.h"
 #include "firedrill/v1/scenario.pb.h"
 
 namespace firedrill::faults {
-
-class PaddingWaste : public Fault {};  // no runtime hooks
 
 Status ValidatePaddingWaste(const v1::FaultSpec& spec);
 void ApplyPaddingWaste(const v1::ResolvedFault& fault, v1::JobSpec* job);

@@ -1,7 +1,5 @@
 #include "faults/registry.h"
 
-#include <thread>
-
 #include "faults/collective_desync.h"
 #include "faults/comm_misconfig.h"
 #include "faults/dataloader_starvation.h"
@@ -12,47 +10,32 @@
 
 namespace firedrill::faults {
 
-namespace {
-class SleepingEnv : public Env {
- public:
-  void SleepFor(Nanos d) override { std::this_thread::sleep_for(d); }
-};
-}  // namespace
-
-Env& RealEnv() {
-  static SleepingEnv env;
-  return env;
-}
-
 const std::vector<FaultKind>& BuiltinFaultKinds() {
   static const std::vector<FaultKind> kinds = {
       {"straggler", Scope::kHost, ValidateStraggler,
-       [](const v1::ResolvedFault& f, Env& env) -> std::unique_ptr<Fault> {
-         return std::make_unique<Straggler>(f.straggler().slowdown(), env);
+       [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
+         return std::make_unique<Straggler>(id, f.straggler().slowdown());
        },
        nullptr},
       {"dataloader_starvation", Scope::kHost, ValidateDataLoaderStarvation,
-       [](const v1::ResolvedFault& f, Env&) -> std::unique_ptr<Fault> {
-         return std::make_unique<DataLoaderStarvation>(f.dataloader_starvation().sample_latency_ms());
+       [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
+         return std::make_unique<DataLoaderStarvation>(id, f.dataloader_starvation().sample_latency_ms());
        },
        ApplyDataLoaderStarvation},
       {"padding_waste", Scope::kRank, ValidatePaddingWaste,
-       [](const v1::ResolvedFault&, Env&) -> std::unique_ptr<Fault> { return std::make_unique<PaddingWaste>(); },
-       ApplyPaddingWaste},
+       nullptr, ApplyPaddingWaste},
       {"tiny_buckets", Scope::kRank, ValidateTinyBuckets,
-       [](const v1::ResolvedFault&, Env&) -> std::unique_ptr<Fault> { return std::make_unique<TinyBuckets>(); },
-       ApplyTinyBuckets},
+       nullptr, ApplyTinyBuckets},
       {"collective_desync", Scope::kRank, ValidateCollectiveDesync,
-       [](const v1::ResolvedFault&, Env&) -> std::unique_ptr<Fault> { return std::make_unique<CollectiveDesync>(); },
-       ApplyCollectiveDesync},
+       nullptr, ApplyCollectiveDesync},
       {"comm_misconfig", Scope::kHost, ValidateCommMisconfig,
-       [](const v1::ResolvedFault& f, Env&) -> std::unique_ptr<Fault> {
-         return std::make_unique<CommMisconfig>(f.comm_misconfig().socket_ifname());
+       [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
+         return std::make_unique<CommMisconfig>(id, f.comm_misconfig().socket_ifname());
        },
        nullptr},
       {"slow_link", Scope::kHost, ValidateSlowLink,
-       [](const v1::ResolvedFault& f, Env&) -> std::unique_ptr<Fault> {
-         return std::make_unique<SlowLink>(f.slow_link().latency_us(), f.slow_link().bandwidth_gbps());
+       [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
+         return std::make_unique<SlowLink>(id, f.slow_link().latency_us(), f.slow_link().bandwidth_gbps());
        },
        nullptr},
   };

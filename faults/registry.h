@@ -9,6 +9,7 @@
 
 #include "common/status.h"
 #include "faults/fault.h"
+#include "firedrill/v1/scenario.pb.h"
 
 namespace firedrill::faults {
 
@@ -22,11 +23,14 @@ struct FaultKind {
   Scope scope;
   // Checks the kind's params; the message names the offending field.
   std::function<Status(const v1::FaultSpec&)> validate;
-  std::function<std::unique_ptr<Fault>(const v1::ResolvedFault&, Env&)> make;
+  // What acts at run time, on the agent's seams (runner.h); null for kinds
+  // that act only through the deployed configuration.
+  std::function<std::unique_ptr<Fault>(const v1::ResolvedFault&, FaultId)> make;
   // Optional: what the faulty deploy changes in the job's configuration
   // (the controller applies it to every run with faults armed, before the
-  // learner's own settings, so a fix can undo it). Null for kinds that only
-  // act at run time.
+  // learner's own settings, so a fix can undo it): the seam of the
+  // deployed configuration, which holds for the whole run. Null for kinds
+  // that only act at run time.
   std::function<void(const v1::ResolvedFault&, v1::JobSpec*)> apply_to_job;
 };
 

@@ -5,10 +5,15 @@
 
 namespace firedrill::faults {
 
-Nanos SlowLink::LinkDelay(const CollectiveInfo& c) const {
-  // GB/s is bytes per nanosecond.
-  const double ns = latency_us_ * 1e3 + static_cast<double>(c.link_bytes) / bandwidth_gbps_;
-  return Nanos(static_cast<int64_t>(std::llround(ns)));
+Status SlowLink::Apply(Seams& s) {
+  if (!s.link) return MissingSeam("slow_link", "link");
+  s.link->Degrade(id_, latency_us_, bandwidth_gbps_);
+  return Status::Ok();
+}
+
+Status SlowLink::Recover(Seams& s) {
+  if (s.link) s.link->Restore(id_);
+  return Status::Ok();
 }
 
 Status ValidateSlowLink(const v1::FaultSpec& spec) {

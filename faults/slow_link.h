@@ -11,15 +11,19 @@
 #pragma once
 
 #include "faults/fault.h"
+#include "firedrill/v1/scenario.pb.h"
 
 namespace firedrill::faults {
 
 class SlowLink : public Fault {
  public:
-  SlowLink(double latency_us, double bandwidth_gbps) : latency_us_(latency_us), bandwidth_gbps_(bandwidth_gbps) {}
-  Nanos LinkDelay(const CollectiveInfo& c) const override;
+  SlowLink(FaultId id, double latency_us, double bandwidth_gbps)
+      : id_(id), latency_us_(latency_us), bandwidth_gbps_(bandwidth_gbps) {}
+  Status Apply(Seams& s) override;
+  Status Recover(Seams& s) override;
 
  private:
+  FaultId id_;
   double latency_us_;
   double bandwidth_gbps_;
 };

@@ -2,10 +2,15 @@
 
 namespace firedrill::faults {
 
-void Straggler::AfterCompute(const ComputeInfo& info) {
-  if (info.phase == ComputePhase::kOptimizer) return;
-  const double extra = (slowdown_ - 1.0) * static_cast<double>(info.elapsed.count());
-  if (extra > 0) env_.SleepFor(Nanos(static_cast<int64_t>(extra)));
+Status Straggler::Apply(Seams& s) {
+  if (!s.compute) return MissingSeam("straggler", "compute");
+  s.compute->Slow(id_, slowdown_);
+  return Status::Ok();
+}
+
+Status Straggler::Recover(Seams& s) {
+  if (s.compute) s.compute->Restore(id_);
+  return Status::Ok();
 }
 
 Status ValidateStraggler(const v1::FaultSpec& spec) {

@@ -1,21 +1,22 @@
-// straggler: the host computes slower. After each forward and backward pass
-// the rank sleeps (slowdown - 1) x the phase's measured time, so the rank's
-// compute really takes `slowdown` times as long and its peers really wait for
-// it in the next collective.
+// straggler: the host computes slower. Its compute seam runs forward and
+// backward `slowdown` times as long, so its peers really wait for it in the
+// next collective.
 #pragma once
 
 #include "faults/fault.h"
+#include "firedrill/v1/scenario.pb.h"
 
 namespace firedrill::faults {
 
 class Straggler : public Fault {
  public:
-  Straggler(double slowdown, Env& env) : slowdown_(slowdown), env_(env) {}
-  void AfterCompute(const ComputeInfo& info) override;
+  Straggler(FaultId id, double slowdown) : id_(id), slowdown_(slowdown) {}
+  Status Apply(Seams& s) override;
+  Status Recover(Seams& s) override;
 
  private:
+  FaultId id_;
   double slowdown_;
-  Env& env_;
 };
 
 Status ValidateStraggler(const v1::FaultSpec& spec);

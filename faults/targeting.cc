@@ -42,6 +42,10 @@ StatusOr<std::vector<v1::ResolvedFault>> ResolveFaults(const v1::Scenario& scena
     rf.set_kind(spec.kind());
     const v1::FaultTarget& t = spec.target();
     rf.set_trigger_step(ResolveInt(spec.trigger().step(), seed, where + ".trigger.step"));
+    if (spec.trigger().has_until_step())
+      rf.set_until_step(ResolveInt(spec.trigger().until_step(), seed, where + ".trigger.until_step"));
+    rf.set_flap_on_steps(spec.trigger().flap_on_steps());
+    rf.set_flap_off_steps(spec.trigger().flap_off_steps());
     CopyParams(spec, &rf);
     if (t.all_ranks()) {
       rf.set_all_ranks(true);

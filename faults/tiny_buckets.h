@@ -5,12 +5,10 @@
 // A job overlay only: the collectives are real; comm.bucket_mb=25 fixes it.
 #pragma once
 
-#include "faults/fault.h"
+#include "common/status.h"
 #include "firedrill/v1/scenario.pb.h"
 
 namespace firedrill::faults {
-
-class TinyBuckets : public Fault {};  // no runtime hooks
 
 Status ValidateTinyBuckets(const v1::FaultSpec& spec);
 void ApplyTinyBuckets(const v1::ResolvedFault& fault, v1::JobSpec* job);

@@ -171,7 +171,23 @@ Check CheckFault(const v1::Scenario& s, int i) {
   else if (!t.all_ranks())
     return Fail(p + ".target", "is required: {rank: ...}, {host_of_rank: ...} or {all_ranks: true}");
   // A trigger past the last step would leave the drill without a fault.
-  FD_CHECK(CheckIntOrDraw(p + ".trigger.step", f.trigger().step(), 0, s.job().steps() - 1));
+  const v1::FaultTrigger& tr = f.trigger();
+  FD_CHECK(CheckIntOrDraw(p + ".trigger.step", tr.step(), 0, s.job().steps() - 1));
+  const bool timed = tr.has_until_step() || tr.flap_on_steps() != 0 || tr.flap_off_steps() != 0;
+  if (timed && !kind->make)
+    return Fail(p + ".trigger", "kind '" + f.kind() +
+                                    "' acts through the deployed configuration, which holds for the whole run: "
+                                    "until_step and flapping do not apply to it");
+  if (tr.has_until_step()) {
+    FD_CHECK(CheckIntOrDraw(p + ".trigger.until_step", tr.until_step(), 1, s.job().steps()));
+    const int64_t first_end = tr.until_step().has_draw() ? tr.until_step().draw().lo() : tr.until_step().value();
+    const int64_t last_start = tr.step().has_draw() ? tr.step().draw().hi() : tr.step().value();
+    if (first_end <= last_start)
+      return Fail(p + ".trigger.until_step", "must come after trigger.step (every draw of it), got " +
+                                                 std::to_string(first_end) + " <= " + std::to_string(last_start));
+  }
+  if ((tr.flap_on_steps() > 0) != (tr.flap_off_steps() > 0) || tr.flap_on_steps() < 0 || tr.flap_off_steps() < 0)
+    return Fail(p + ".trigger", "flap_on_steps and flap_off_steps go together, both > 0 (steps on, then off)");
   const pb::OneofDescriptor* params = f.GetDescriptor()->FindOneofByName("params");
   const FD* set = f.GetReflection()->GetOneofFieldDescriptor(f, params);
   const FD* want = f.GetDescriptor()->FindFieldByName(f.kind());

@@ -66,7 +66,7 @@ std::string FormatBytes(int64_t bytes) {
 
 namespace {
 
-// Launches that wait out a degraded link first (see faults::Fault::LinkDelay)
+// Launches that wait out a degraded link first (GroupOptions::link)
 // run here, one at a time in the order they were posted. While anything is
 // queued, later launches queue behind it, so every rank still hands its
 // collectives to the transport in the same order.
@@ -222,7 +222,7 @@ Status ProcessGroup::Connect() {
 }
 
 struct PendingCollective::State {
-  faults::CollectiveInfo info;
+  CollectiveInfo info;
   at::Tensor tensor;
   c10::intrusive_ptr<c10d::Work> work;  // Gloo
   std::shared_ptr<ShmAllReduce> shm;    // or the shared-memory path
@@ -256,7 +256,7 @@ std::chrono::steady_clock::time_point PendingCollective::completed() const {
 
 namespace {
 
-std::string Label(const faults::CollectiveInfo& c) {
+std::string Label(const CollectiveInfo& c) {
   return "rank " + std::to_string(c.at.rank) + " step " + std::to_string(c.at.step) + ": " + c.op + " #" +
          std::to_string(c.seq) + " (" + FormatBytes(c.bytes) + ")";
 }
@@ -281,18 +281,18 @@ Status ProcessGroup::Broadcast(at::Tensor& t, int root, int64_t step) {
   return Wait(*p);
 }
 
-faults::CollectiveInfo ProcessGroup::BeginSync(const char* op, int64_t bytes, int64_t link_bytes, int64_t step) {
-  const faults::CollectiveInfo info{{opts_.rank, step}, op, ++seq_, bytes, link_bytes};
+CollectiveInfo ProcessGroup::BeginSync(const char* op, int64_t bytes, int64_t link_bytes, int64_t step) {
+  const CollectiveInfo info{{opts_.rank, step}, op, ++seq_, bytes, link_bytes};
   impl_->link->Drain();
-  if (opts_.hooks) {
-    const auto delay = opts_.hooks->LinkDelay(info);
+  if (opts_.link) {
+    const auto delay = opts_.link->DelayFor(info.link_bytes);
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
   }
   return info;
 }
 
 Status ProcessGroup::Barrier(int64_t step) {
-  const faults::CollectiveInfo info = BeginSync("barrier", 0, 0, step);
+  const CollectiveInfo info = BeginSync("barrier", 0, 0, step);
   if (!impl_->pg) return FailedPrecondition(Label(info) + ": process group not connected");
   if (opts_.recorder) opts_.recorder->Started(info.seq, "barrier", 0, step, "gloo");
   try {
@@ -373,7 +373,7 @@ Status ProcessGroup::Recv(at::Tensor& t, int peer, int tag, int64_t step) {
     std::vector<at::Tensor> args{t};
     impl_->pg->recv(args, peer, tag)->wait();
   } catch (...) {
-    const faults::CollectiveInfo info{{opts_.rank, step}, "recv", ++seq_, Bytes(t), Bytes(t)};
+    const CollectiveInfo info{{opts_.rank, step}, "recv", ++seq_, Bytes(t), Bytes(t)};
     return CommError(Label(info) + " from rank " + std::to_string(peer), Describe(std::current_exception()));
   }
   // The receiving side's link: the message is only usable once it crossed it.
@@ -482,21 +482,14 @@ StatusOr<PendingCollective> ProcessGroup::Start(const char* op, const at::Tensor
                                                 double prescale) {
   auto st = std::make_shared<PendingCollective::State>();
   const int64_t bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
-  st->info = faults::CollectiveInfo{{opts_.rank, step}, op, ++seq_, bytes,
+  st->info = CollectiveInfo{{opts_.rank, step}, op, ++seq_, bytes,
                                     RingLinkBytes(op, bytes, opts_.world_size)};
   st->tensor = t;
   if (!impl_->pg) return FailedPrecondition(Label(st->info) + ": process group not connected");
   const bool via_shm = root < 0 && impl_->shm && t.scalar_type() == at::kFloat && t.is_contiguous() &&
                        impl_->shm->Contains(t.data_ptr<float>(), t.numel());
-  std::chrono::nanoseconds delay{0};
-  try {
-    if (opts_.hooks) {
-      opts_.hooks->BeforeCollective(st->info);
-      delay = opts_.hooks->LinkDelay(st->info);
-    }
-  } catch (...) {
-    return CommError(Label(st->info), Describe(std::current_exception()));
-  }
+  const std::chrono::nanoseconds delay =
+      opts_.link ? opts_.link->DelayFor(st->info.link_bytes) : std::chrono::nanoseconds(0);
   // The collective counts as started now, on every rank alike; a degraded
   // link only makes this rank hand its part over later.
   st->launched = std::chrono::steady_clock::now();
@@ -595,11 +588,6 @@ Status ProcessGroup::Wait(PendingCollective& pending) {
   }
   if (opts_.recorder) opts_.recorder->Finished(st->info.seq, "");
   if (st->completed_ns->load() == 0) st->completed_ns->store(NowNs());
-  try {
-    if (opts_.hooks) opts_.hooks->AfterCollective(st->info);
-  } catch (...) {
-    return CommError(Label(st->info), Describe(std::current_exception()));
-  }
   return Status::Ok();
 }
 

@@ -14,9 +14,26 @@
 
 #include "common/status.h"
 #include "agent/comm/flight_recorder.h"
-#include "faults/hook_bus.h"
+#include "faults/seams.h"
 
 namespace firedrill::agent::comm {
+
+// One collective as this rank issues it: labels for errors, the flight
+// recorder and the link model.
+struct CollectiveInfo {
+  struct {
+    int rank = 0;
+    int64_t step = 0;
+  } at;
+  const char* op = "";  // "allreduce", "broadcast", "allgather", "reducescatter", "send", "recv", "barrier"
+  int64_t seq = 0;      // per-rank collective sequence number
+  int64_t bytes = 0;    // the tensor's size
+  // What this rank moves over its link for the collective, as a ring
+  // algorithm would: 2(n-1)/n x bytes for an all-reduce, (n-1)/n x the whole
+  // buffer for all-gather and reduce-scatter, bytes for broadcast and
+  // point-to-point.
+  int64_t link_bytes = 0;
+};
 
 struct GroupOptions {
   int rank = 0;
@@ -26,7 +43,13 @@ struct GroupOptions {
   std::string device_host = "127.0.0.1";
   // Bounds store connects, the full-mesh rendezvous and every collective.
   std::chrono::milliseconds timeout{30000};
-  faults::HookBus* hooks = nullptr;  // may be null
+  // This rank's link seam (faults/seams.h), may be null: while a fault
+  // degrades it, each collective waits its delay before this rank hands its
+  // part to the transport (asynchronous all-reduces: on a launch thread, so
+  // backward is not held up; synchronous ones such as barriers and probe
+  // collectives: on the calling thread; a receive: after the data arrived),
+  // so every rank sees the collective finish late.
+  const faults::LinkModel* link = nullptr;
   // Lets EnableSharedMemory() take the shared-memory path when every rank
   // can (see shm_transport.h). Off on any rank keeps all ranks on Gloo.
   bool allow_shared_memory = true;
@@ -154,7 +177,7 @@ class ProcessGroup {
   Status Launch(PendingCollective::State& st, int root, double prescale);
   // For the synchronous ops: waits until every deferred launch was handed
   // over, then this rank's link delay for `info`, on the calling thread.
-  faults::CollectiveInfo BeginSync(const char* op, int64_t bytes, int64_t link_bytes, int64_t step);
+  CollectiveInfo BeginSync(const char* op, int64_t bytes, int64_t link_bytes, int64_t step);
   std::unique_ptr<Impl> impl_;
   GroupOptions opts_;
   int64_t seq_ = 0;

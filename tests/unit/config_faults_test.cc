@@ -3,8 +3,10 @@
 // change in the job, all-ranks targeting, and the loader latency they add.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "faults/dataloader_starvation.h"
-#include "faults/hook_bus.h"
+#include "faults/runner.h"
 #include "faults/registry.h"
 #include "faults/targeting.h"
 
@@ -98,10 +100,15 @@ TEST(ConfigFaults, AllRanksTargetReachesEveryRankOnEveryHost) {
   ref.set_ref("$faults.0.target.rank");
   EXPECT_FALSE(ResolveRankRef(ref, *faults).ok()) << "an all-ranks fault has no culprit rank";
 
-  auto bus = HookBus::Create(*faults);
-  ASSERT_TRUE(bus.ok());
-  EXPECT_EQ((*bus)->ExtraSampleLatencyMs({0, 4}), 0) << "before the trigger";
-  EXPECT_EQ((*bus)->ExtraSampleLatencyMs({0, 5}), 0.3);
+  auto runner = FaultRunner::Create(*faults);
+  ASSERT_TRUE(runner.ok());
+  StorageLatency storage;
+  Seams seams;
+  seams.data = &storage;
+  ASSERT_TRUE((*runner)->At(4, seams).ok());
+  EXPECT_EQ(storage.extra_ms(), 0) << "before the trigger";
+  ASSERT_TRUE((*runner)->At(5, seams).ok());
+  EXPECT_EQ(storage.extra_ms(), 0.3);
 }
 
 TEST(ConfigFaults, CommMisconfigOverridesTheInterfaceOnItsHostOnly) {
@@ -109,12 +116,16 @@ TEST(ConfigFaults, CommMisconfigOverridesTheInterfaceOnItsHostOnly) {
   f.set_kind("comm_misconfig");
   f.set_host("node-2");
   f.mutable_comm_misconfig()->set_socket_ifname("ib0");
-  auto bus = HookBus::Create(FaultsFor({f}, 2, "node-2"));
-  ASSERT_TRUE(bus.ok());
-  EXPECT_EQ((*bus)->SocketIfname(), "ib0");
-  auto other = HookBus::Create(FaultsFor({f}, 1, "node-1"));
-  ASSERT_TRUE(other.ok());
-  EXPECT_EQ((*other)->SocketIfname(), "");
+  for (const auto& [rank, host, want] :
+       std::vector<std::tuple<int, std::string, std::string>>{{2, "node-2", "ib0"}, {1, "node-1", ""}}) {
+    auto runner = FaultRunner::Create(FaultsFor({f}, rank, host));
+    ASSERT_TRUE(runner.ok());
+    ProcessEnvironment env(false);
+    Seams seams;
+    seams.environment = &env;
+    ASSERT_TRUE((*runner)->At(0, seams).ok());
+    EXPECT_EQ(env.Get("GLOO_SOCKET_IFNAME").value_or(""), want) << host;
+  }
   v1::FaultSpec spec;
   spec.set_kind("comm_misconfig");
   spec.mutable_comm_misconfig()->set_socket_ifname("");

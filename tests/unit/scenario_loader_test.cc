@@ -142,6 +142,30 @@ TEST(ScenarioLoader, BadDraw) {
             "t.yaml:15:22: faults[0].trigger.step: unknown key 'pick'; known keys: draw");
 }
 
+TEST(ScenarioLoader, FaultWindowsAndFlapping) {
+  const std::string from = "{step: {draw: [10, 20]}}";
+  auto ok = ParseScenario(With(from, "{step: {draw: [10, 20]}, until_step: 40, flap_on_steps: 3, flap_off_steps: 2}"),
+                          "t.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->faults(0).trigger().until_step().value(), 40);
+  EXPECT_EQ(ok->faults(0).trigger().flap_on_steps(), 3);
+  const auto npos = std::string::npos;
+  EXPECT_NE(ErrorOf(With(from, "{step: {draw: [10, 20]}, until_step: 15}"))
+                .find("faults[0].trigger.until_step: must come after trigger.step (every draw of it), got 15 <= 20"),
+            npos);
+  EXPECT_NE(ErrorOf(With(from, "{step: {draw: [10, 20]}, until_step: 101}")).find("faults[0].trigger.until_step"),
+            npos);
+  EXPECT_NE(ErrorOf(With(from, "{step: 10, flap_on_steps: 3}"))
+                .find("faults[0].trigger: flap_on_steps and flap_off_steps go together, both > 0"),
+            npos);
+  // A config overlay holds for the whole run.
+  auto sc = LoadScenarioFile(FIREDRILL_SOURCE_DIR "/scenarios/ddp-memory-tuning.yaml");
+  ASSERT_TRUE(sc.ok()) << sc.status().message();
+  ASSERT_EQ(sc->faults(0).kind(), "tiny_buckets");
+  sc->mutable_faults(0)->mutable_trigger()->mutable_until_step()->set_value(50);
+  EXPECT_NE(ValidateScenario(*sc, "x").message().find("acts through the deployed configuration"), npos);
+}
+
 TEST(ScenarioLoader, UnknownFaultKindListsKnownKinds) {
   EXPECT_EQ(ErrorOf(With("kind: straggler", "kind: gremlin")),
             "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, dataloader_starvation, padding_waste, "

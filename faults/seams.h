@@ -1,0 +1,142 @@
+// The seams a fault acts on. A fault kind never reaches into the trainer,
+// the loader or the collective layer: it applies a change to one or more
+// seams and takes it back on recovery. The agent provides the seams of its
+// process (agent/trainer.cc wires them); what stands behind a seam (a sleep,
+// a CPU quota, a queueing discipline) is the seam's business, not the kind's.
+//
+// Several faults may hold one seam at once (two slow reads, a straggler on a
+// slow link): every change is keyed by the fault that made it, taking a
+// fault's change back leaves the others', and applying the same change twice
+// is the same as once.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+
+namespace firedrill::faults {
+
+using Nanos = std::chrono::nanoseconds;
+// A fault's index in the run's fault list: the key of its changes.
+using FaultId = int;
+
+// The rank's compute: forward and backward take `factor` times as long.
+class ComputeSeam {
+ public:
+  virtual ~ComputeSeam() = default;
+  virtual void Slow(FaultId id, double factor) = 0;
+  virtual void Restore(FaultId id) = 0;
+};
+
+// The data source: every sample read costs this much more storage latency.
+class DataSeam {
+ public:
+  virtual ~DataSeam() = default;
+  virtual void AddReadLatency(FaultId id, double ms_per_sample) = 0;
+  virtual void Restore(FaultId id) = 0;
+};
+
+// The rank's link to its peers: a latency per collective plus the bytes the
+// rank moves over it (as a ring would) at a capped bandwidth.
+class LinkSeam {
+ public:
+  virtual ~LinkSeam() = default;
+  virtual void Degrade(FaultId id, double latency_us, double bandwidth_gbps) = 0;
+  virtual void Restore(FaultId id) = 0;
+};
+
+// The process's environment as the communication library reads it
+// (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME, ...).
+class EnvironmentSeam {
+ public:
+  virtual ~EnvironmentSeam() = default;
+  virtual Status Set(FaultId id, const std::string& name, const std::string& value) = 0;
+  virtual void Restore(FaultId id) = 0;
+};
+
+// What a process offers; a seam it cannot offer is null, and a fault that
+// needs it fails to apply with a message that says so.
+struct Seams {
+  ComputeSeam* compute = nullptr;
+  DataSeam* data = nullptr;
+  LinkSeam* link = nullptr;
+  EnvironmentSeam* environment = nullptr;
+};
+
+// ---- the plain implementations: state that the trainer, the loader and the
+// collective layer read. Thread-safe: faults change them at step boundaries
+// on the training thread while collectives run on others.
+
+// Multiplies the factors of every fault holding it.
+class ComputeSlowdown : public ComputeSeam {
+ public:
+  void Slow(FaultId id, double factor) override;
+  void Restore(FaultId id) override;
+  double factor() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<FaultId, double> by_fault_;
+};
+
+// Sums the latencies of every fault holding it.
+class StorageLatency : public DataSeam {
+ public:
+  void AddReadLatency(FaultId id, double ms_per_sample) override;
+  void Restore(FaultId id) override;
+  double extra_ms() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<FaultId, double> by_fault_;
+};
+
+// Each degradation costs its latency plus the link bytes at its bandwidth;
+// several add up (each is a stretch of the path the bytes cross).
+class LinkModel : public LinkSeam {
+ public:
+  void Degrade(FaultId id, double latency_us, double bandwidth_gbps) override;
+  void Restore(FaultId id) override;
+  // What a collective moving `link_bytes` over this rank's link waits.
+  Nanos DelayFor(int64_t link_bytes) const;
+  bool degraded() const;
+
+ private:
+  struct Shape {
+    double latency_us;
+    double bandwidth_gbps;
+  };
+  mutable std::mutex mu_;
+  std::map<FaultId, Shape> by_fault_;
+};
+
+// Variables set by faults, read before the real environment. With
+// `export_to_process` the process's own environment is changed too (and
+// restored on recovery): the agent, one rank per process, does that; tests
+// that run several ranks as threads of one process do not.
+class ProcessEnvironment : public EnvironmentSeam {
+ public:
+  explicit ProcessEnvironment(bool export_to_process) : export_(export_to_process) {}
+  ~ProcessEnvironment() override;
+  Status Set(FaultId id, const std::string& name, const std::string& value) override;
+  void Restore(FaultId id) override;
+  // The value a fault set, else the process's; nullopt if neither.
+  std::optional<std::string> Get(const std::string& name) const;
+
+ private:
+  struct Change {
+    std::string name;
+    std::string value;
+    std::optional<std::string> before;  // the process's value before it
+  };
+  bool export_;
+  mutable std::mutex mu_;
+  std::multimap<FaultId, Change> by_fault_;
+};
+
+}  // namespace firedrill::faults

@@ -1,0 +1,220 @@
+// Faults over seams: each kind's Apply/Recover, the runner's schedule
+// (trigger, until, flapping), several faults on one seam, and the seams'
+// own bookkeeping.
+#include "faults/runner.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "faults/registry.h"
+#include "faults/straggler.h"
+#include "faults/targeting.h"
+
+namespace firedrill::faults {
+namespace {
+
+struct TestSeams {
+  ComputeSlowdown compute;
+  StorageLatency storage;
+  LinkModel link;
+  ProcessEnvironment environment{false};
+  Seams seams{&compute, &storage, &link, &environment};
+};
+
+v1::ResolvedFault Straggle(double slowdown, int64_t from, int64_t until = 0) {
+  v1::ResolvedFault f;
+  f.set_kind("straggler");
+  f.set_trigger_step(from);
+  f.set_until_step(until);
+  f.mutable_straggler()->set_slowdown(slowdown);
+  return f;
+}
+
+TEST(Straggler, AppliesAndRecoversItsSlowdownIdempotently) {
+  TestSeams t;
+  Straggler s(0, 3.0);
+  ASSERT_TRUE(s.Apply(t.seams).ok());
+  ASSERT_TRUE(s.Apply(t.seams).ok());
+  EXPECT_DOUBLE_EQ(t.compute.factor(), 3.0) << "applying twice is applying once";
+  ASSERT_TRUE(s.Recover(t.seams).ok());
+  ASSERT_TRUE(s.Recover(t.seams).ok());
+  EXPECT_DOUBLE_EQ(t.compute.factor(), 1.0);
+}
+
+TEST(Straggler, ValidatesSlowdown) {
+  v1::FaultSpec spec;
+  spec.set_kind("straggler");
+  spec.mutable_straggler()->set_slowdown(2.5);
+  EXPECT_TRUE(ValidateStraggler(spec).ok());
+  for (double bad : {0.0, 1.0, 0.5, 25.0}) {
+    spec.mutable_straggler()->set_slowdown(bad);
+    EXPECT_FALSE(ValidateStraggler(spec).ok()) << bad;
+  }
+}
+
+TEST(Registry, KnowsTheKindsAndWhichActAtRunTime) {
+  ASSERT_NE(FindFaultKind("straggler"), nullptr);
+  EXPECT_EQ(FindFaultKind("straggler")->scope, Scope::kHost);
+  EXPECT_EQ(FindFaultKind("gremlin"), nullptr);
+  EXPECT_EQ(FaultKindNames(),
+            (std::vector<std::string>{"straggler", "dataloader_starvation", "padding_waste", "tiny_buckets",
+                                      "collective_desync", "comm_misconfig", "slow_link"}));
+  // Each kind acts somewhere: at run time on seams, or through the deploy.
+  for (const auto& k : BuiltinFaultKinds()) EXPECT_TRUE(k.make || k.apply_to_job) << k.name;
+  EXPECT_FALSE(FindFaultKind("tiny_buckets")->make) << "a config overlay has nothing to do at run time";
+}
+
+TEST(ActiveAt, TriggerUntilAndFlapping) {
+  v1::ResolvedFault f = Straggle(2, 5);
+  EXPECT_FALSE(ActiveAt(f, 4));
+  EXPECT_TRUE(ActiveAt(f, 5));
+  EXPECT_TRUE(ActiveAt(f, 1000000));
+  f.set_until_step(8);
+  EXPECT_TRUE(ActiveAt(f, 7));
+  EXPECT_FALSE(ActiveAt(f, 8)) << "until_step is exclusive";
+  f.set_until_step(0);
+  f.set_flap_on_steps(2);
+  f.set_flap_off_steps(3);
+  std::vector<bool> got;
+  for (int64_t s = 5; s < 15; ++s) got.push_back(ActiveAt(f, s));
+  EXPECT_EQ(got, (std::vector<bool>{true, true, false, false, false, true, true, false, false, false}));
+}
+
+TEST(FaultRunner, AppliesOnScheduleAndRecoversWhenTheWindowCloses) {
+  TestSeams t;
+  auto r = FaultRunner::Create({Straggle(2.0, 3, 6)});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::vector<double> factor;
+  for (int64_t step = 0; step < 8; ++step) {
+    ASSERT_TRUE((*r)->At(step, t.seams).ok());
+    factor.push_back(t.compute.factor());
+  }
+  EXPECT_EQ(factor, (std::vector<double>{1, 1, 1, 2, 2, 2, 1, 1}));
+  EXPECT_EQ((*r)->applied(), 0);
+}
+
+TEST(FaultRunner, SeveralFaultsShareASeamAndRecoverSeparately) {
+  TestSeams t;
+  auto r = FaultRunner::Create({Straggle(2.0, 0), Straggle(1.5, 2, 4)});
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE((*r)->At(0, t.seams).ok());
+  EXPECT_DOUBLE_EQ(t.compute.factor(), 2.0);
+  ASSERT_TRUE((*r)->At(2, t.seams).ok());
+  EXPECT_DOUBLE_EQ(t.compute.factor(), 3.0);
+  ASSERT_TRUE((*r)->At(4, t.seams).ok());
+  EXPECT_DOUBLE_EQ(t.compute.factor(), 2.0) << "the second one's change is gone, the first one's stays";
+  (*r)->RecoverAll(t.seams);
+  EXPECT_DOUBLE_EQ(t.compute.factor(), 1.0);
+
+  // Two slow reads add up; two degraded stretches of a link add up.
+  StorageLatency storage;
+  storage.AddReadLatency(0, 0.5);
+  storage.AddReadLatency(1, 0.25);
+  EXPECT_DOUBLE_EQ(storage.extra_ms(), 0.75);
+  storage.Restore(0);
+  EXPECT_DOUBLE_EQ(storage.extra_ms(), 0.25);
+  LinkModel link;
+  EXPECT_EQ(link.DelayFor(1000000), Nanos(0));
+  link.Degrade(0, 100, 1.0);  // 100 us + 1 MB at 1 GB/s = 1.1 ms
+  EXPECT_EQ(link.DelayFor(1000000), Nanos(1100000));
+  link.Degrade(1, 0, 2.0);
+  EXPECT_EQ(link.DelayFor(1000000), Nanos(1600000));
+}
+
+TEST(FaultRunner, EveryRunTimeKindActsOnItsSeam) {
+  TestSeams t;
+  v1::ResolvedFault slow_io;
+  slow_io.set_kind("dataloader_starvation");
+  slow_io.mutable_dataloader_starvation()->set_sample_latency_ms(0.3);
+  v1::ResolvedFault link;
+  link.set_kind("slow_link");
+  link.mutable_slow_link()->set_latency_us(50);
+  link.mutable_slow_link()->set_bandwidth_gbps(0.5);
+  v1::ResolvedFault iface;
+  iface.set_kind("comm_misconfig");
+  iface.mutable_comm_misconfig()->set_socket_ifname("ib0");
+  v1::ResolvedFault buckets;
+  buckets.set_kind("tiny_buckets");
+  auto r = FaultRunner::Create({slow_io, link, iface, buckets});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE((*r)->At(0, t.seams).ok());
+  EXPECT_EQ((*r)->applied(), 3) << "the config overlay has no run-time part";
+  EXPECT_DOUBLE_EQ(t.storage.extra_ms(), 0.3);
+  EXPECT_EQ(t.link.DelayFor(0), Nanos(50000));
+  EXPECT_EQ(t.environment.Get("GLOO_SOCKET_IFNAME"), "ib0");
+  EXPECT_EQ(t.environment.Get("NCCL_SOCKET_IFNAME"), "ib0");
+  (*r)->RecoverAll(t.seams);
+  EXPECT_DOUBLE_EQ(t.storage.extra_ms(), 0);
+  EXPECT_FALSE(t.link.degraded());
+  EXPECT_NE(t.environment.Get("GLOO_SOCKET_IFNAME"), "ib0");
+}
+
+TEST(FaultRunner, AMissingSeamIsAnErrorThatNamesTheFaultAndStep) {
+  Seams none;
+  auto r = FaultRunner::Create({Straggle(2.0, 7)});
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE((*r)->At(6, none).ok());
+  const Status st = (*r)->At(7, none);
+  EXPECT_EQ(st.message(), "applying fault straggler at step 7: straggler acts on the compute seam, which this "
+                          "process does not offer");
+}
+
+TEST(FaultRunner, EmptyAndUnknownKinds) {
+  auto empty = FaultRunner::Create({});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE((*empty)->empty());
+  v1::ResolvedFault f;
+  f.set_kind("gremlin");
+  auto bad = FaultRunner::Create({f});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "unknown fault kind 'gremlin'");
+}
+
+TEST(ProcessEnvironment, ExportsToTheProcessAndRestoresWhatWasThere) {
+  ::setenv("FD_TEST_IFNAME", "eth0", 1);
+  ::unsetenv("FD_TEST_UNSET");
+  {
+    ProcessEnvironment env(true);
+    ASSERT_TRUE(env.Set(0, "FD_TEST_IFNAME", "ib0").ok());
+    ASSERT_TRUE(env.Set(1, "FD_TEST_IFNAME", "ib1").ok());
+    ASSERT_TRUE(env.Set(0, "FD_TEST_UNSET", "x").ok());
+    EXPECT_STREQ(std::getenv("FD_TEST_IFNAME"), "ib1");
+    env.Restore(1);
+    EXPECT_STREQ(std::getenv("FD_TEST_IFNAME"), "ib0") << "fault 0 still holds it";
+    env.Restore(0);
+    EXPECT_STREQ(std::getenv("FD_TEST_IFNAME"), "eth0");
+    EXPECT_EQ(std::getenv("FD_TEST_UNSET"), nullptr);
+    ASSERT_TRUE(env.Set(2, "FD_TEST_IFNAME", "ib2").ok());
+  }  // destroyed while a fault holds it: restored too
+  EXPECT_STREQ(std::getenv("FD_TEST_IFNAME"), "eth0");
+  ProcessEnvironment local(false);
+  ASSERT_TRUE(local.Set(0, "FD_TEST_IFNAME", "ib0").ok());
+  EXPECT_EQ(local.Get("FD_TEST_IFNAME"), "ib0");
+  EXPECT_STREQ(std::getenv("FD_TEST_IFNAME"), "eth0") << "ranks as threads of one process keep it to themselves";
+  EXPECT_FALSE(local.Set(0, "A=B", "x").ok());
+  ::unsetenv("FD_TEST_IFNAME");
+}
+
+TEST(Targeting, CopiesTheWindowAndFlapping) {
+  v1::Scenario s;
+  s.mutable_job()->set_world_size(2);
+  auto* f = s.add_faults();
+  f->set_kind("straggler");
+  f->mutable_target()->mutable_rank()->set_value(1);
+  f->mutable_trigger()->mutable_step()->set_value(10);
+  f->mutable_trigger()->mutable_until_step()->set_value(30);
+  f->mutable_trigger()->set_flap_on_steps(4);
+  f->mutable_trigger()->set_flap_off_steps(6);
+  f->mutable_straggler()->set_slowdown(2);
+  auto r = ResolveFaults(s, 1, {"a", "b"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ((*r)[0].trigger_step(), 10);
+  EXPECT_EQ((*r)[0].until_step(), 30);
+  EXPECT_EQ((*r)[0].flap_on_steps(), 4);
+  EXPECT_EQ((*r)[0].flap_off_steps(), 6);
+}
+
+}  // namespace
+}  // namespace firedrill::faults
