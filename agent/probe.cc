@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "agent/comm/process_group.h"
+#include "collectives/collective.h"
 
 namespace firedrill::agent {
 
@@ -38,13 +39,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Small integers, exact in fp32 and in their sums: element i of rank r.
-float Pattern(int rank, int64_t i) { return static_cast<float>((rank + 1) * ((i % 13) + 1)); }
-
-at::Tensor Filled(int rank, int64_t offset, int64_t numel) {
+// The collective's validation input for this rank (collectives/).
+at::Tensor Filled(const collectives::Collective& c, int rank, int world, int64_t part, int64_t numel) {
   at::Tensor t = at::empty({numel}, at::kFloat);
   float* p = t.data_ptr<float>();
-  for (int64_t i = 0; i < numel; ++i) p[i] = Pattern(rank, offset + i);
+  for (int64_t i = 0; i < numel; ++i) p[i] = c.input(rank, world, part, i);
   return t;
 }
 
@@ -75,29 +74,21 @@ Status Collective(comm::ProcessGroup& g, const std::string& op, at::Tensor& in, 
   return g.ReduceScatterSum(in, out, step);
 }
 
-Status Sweep(comm::ProcessGroup& g, const v1::ProbeSpec& spec, int64_t step, v1::ProbeReport* out,
-             const std::atomic<bool>* stop) {
+Status Sweep(comm::ProcessGroup& g, const collectives::Collective& c, const v1::ProbeSpec& spec, int64_t step,
+             v1::ProbeReport* out, const std::atomic<bool>* stop) {
   const int n = g.world_size(), r = g.rank();
   const std::string& op = spec.op();
   for (int64_t size : ProbeSizes(spec)) {
     auto any_stop = AnyStop(g, stop, step);
     if (!any_stop.ok()) return any_stop.status();
     if (*any_stop) return Stopped();
-    // nccl-tests' size is the whole buffer; all-gather and reduce-scatter
-    // split it evenly over the ranks.
-    int64_t count = std::max<int64_t>(1, size / 4);
-    if (op != "allreduce") count = std::max<int64_t>(n, count / n * n);
+    // nccl-tests' size is the whole buffer; the collective says how it is
+    // split over the ranks.
+    const collectives::Buffers b = c.buffers(size, n);
+    const int64_t count = b.count;
     const int64_t part = count / n;
-    at::Tensor in, res;
-    if (op == "allreduce") {
-      in = at::zeros({count}, at::kFloat);
-    } else if (op == "allgather") {
-      in = at::zeros({part}, at::kFloat);
-      res = at::empty({count}, at::kFloat);
-    } else {
-      in = at::zeros({count}, at::kFloat);
-      res = at::empty({part}, at::kFloat);
-    }
+    at::Tensor in = at::zeros({b.in}, at::kFloat);
+    at::Tensor res = b.out > 0 ? at::empty({b.out}, at::kFloat) : at::Tensor();
     for (int i = 0; i < spec.warmup_iters(); ++i) FD_RETURN_IF_ERROR(Collective(g, op, in, res, step));
     const auto t0 = Clock::now();
     for (int i = 0; i < spec.iters(); ++i) FD_RETURN_IF_ERROR(Collective(g, op, in, res, step));
@@ -105,26 +96,15 @@ Status Sweep(comm::ProcessGroup& g, const v1::ProbeSpec& spec, int64_t step, v1:
 
     // Validation, as nccl-tests' -c 1: known inputs, one more run, every
     // element compared with what the reduction must give.
-    int64_t wrong = 0;
-    const float ranks_sum = static_cast<float>(n * (n + 1) / 2);
-    if (op == "allreduce") {
-      in = Filled(r, 0, count);
-      FD_RETURN_IF_ERROR(Collective(g, op, in, res, step));
-      wrong = CountWrong(in, [&](int64_t i) { return ranks_sum * static_cast<float>((i % 13) + 1); });
-    } else if (op == "allgather") {
-      in = Filled(r, r * part, part);
-      FD_RETURN_IF_ERROR(Collective(g, op, in, res, step));
-      wrong = CountWrong(res, [&](int64_t i) { return Pattern(static_cast<int>(i / part), i); });
-    } else {
-      in = Filled(r, 0, count);
-      FD_RETURN_IF_ERROR(Collective(g, op, in, res, step));
-      wrong = CountWrong(res, [&](int64_t i) { return ranks_sum * static_cast<float>(((r * part + i) % 13) + 1); });
-    }
+    in = Filled(c, r, n, part, b.in);
+    FD_RETURN_IF_ERROR(Collective(g, op, in, res, step));
+    const int64_t wrong =
+        CountWrong(b.out > 0 ? res : in, [&](int64_t i) { return c.expected(r, n, part, i); });
     auto* row = out->add_rows();
     row->set_bytes(count * 4);
     row->set_count(count);
     row->set_type("float");
-    row->set_redop(op == "allgather" ? "none" : "sum");
+    row->set_redop(c.redop);
     row->set_root(-1);
     row->set_time_us(us);
     row->set_wrong(wrong);
@@ -139,7 +119,8 @@ Status PointToPoint(comm::ProcessGroup& g, const v1::ProbeSpec& spec, int64_t st
                     const std::atomic<bool>* stop) {
   const int n = g.world_size(), r = g.rank();
   const int64_t count = std::max<int64_t>(1, spec.max_bytes() / 4);
-  at::Tensor buf = Filled(r, 0, count);
+  const collectives::Collective& c = *collectives::Find("p2p");
+  at::Tensor buf = Filled(c, r, n, count, count);
   at::Tensor ack = at::zeros({1}, at::kFloat);
   int tag = 0;
   for (int src = 0; src < n; ++src) {
@@ -171,7 +152,7 @@ Status PointToPoint(comm::ProcessGroup& g, const v1::ProbeSpec& spec, int64_t st
         auto* p = out->add_pairs();
         p->set_src(src);
         p->set_dst(dst);
-        p->set_wrong(CountWrong(in, [&](int64_t i) { return Pattern(src, i); }));
+        p->set_wrong(CountWrong(in, [&](int64_t i) { return c.expected(src, n, count, i); }));
       }
     }
   }
@@ -187,16 +168,17 @@ Status RunProbe(comm::ProcessGroup& group, const v1::ProbeSpec& spec, int64_t st
   out->set_transport("gloo");
   if (spec.iters() < 1) return InvalidArgument("probe: iters must be at least 1");
   try {
+    const collectives::Collective* c = collectives::Find(spec.op());
+    if (c == nullptr || !c->probe)
+      return InvalidArgument("probe: unknown op '" + spec.op() + "'; known: " + collectives::ProbeNames());
     if (spec.op() == "p2p") {
       if (group.world_size() < 2) return FailedPrecondition("probe p2p needs at least 2 ranks");
       return PointToPoint(group, spec, step, out, stop);
     }
-    if (spec.op() == "allreduce" || spec.op() == "allgather" || spec.op() == "reducescatter")
-      return Sweep(group, spec, step, out, stop);
+    return Sweep(group, *c, spec, step, out, stop);
   } catch (const std::exception& e) {
     return Internal(Where(group, spec.op(), spec.max_bytes()) + ": " + e.what());
   }
-  return InvalidArgument("probe: unknown op '" + spec.op() + "'; known: allreduce, allgather, reducescatter, p2p");
 }
 
 }  // namespace firedrill::agent

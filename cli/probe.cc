@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 
+#include "collectives/collective.h"
 #include "common/stats.h"
 
 namespace firedrill::cli {
@@ -39,10 +40,8 @@ std::string Time(double us) {
 }
 
 const char* Collective(const std::string& op) {
-  if (op == "allreduce") return "all_reduce";
-  if (op == "allgather") return "all_gather";
-  if (op == "reducescatter") return "reduce_scatter";
-  return "sendrecv";
+  const collectives::Collective* c = collectives::Find(op);
+  return c && *c->nccl_test ? c->nccl_test : "sendrecv";
 }
 
 void PrintRanks(const v1::RunProbeResponse& r, std::ostream& out) {
@@ -110,7 +109,8 @@ void PrintProbe(const v1::RunProbeResponse& r, std::ostream& out) {
     return;
   }
   const auto& s = r.spec();
-  const bool in_place = s.op() == "allreduce";
+  const collectives::Collective* c = collectives::Find(s.op());
+  const bool in_place = c && c->buffers(s.max_bytes(), r.world_size()).out == 0;
   char line[256];
   std::snprintf(line, sizeof line,
                 "# firedrill probe: %s over the job's %d ranks, after step %lld\n"

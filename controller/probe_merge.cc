@@ -3,13 +3,16 @@
 #include <map>
 #include <utility>
 
+#include "collectives/collective.h"
+
 namespace firedrill::controller {
 
 StatusOr<v1::ProbeSpec> NormalizeProbeSpec(const v1::ProbeSpec& in) {
   v1::ProbeSpec s = in;
   const std::string& op = s.op();
-  if (op != "allreduce" && op != "allgather" && op != "reducescatter" && op != "p2p")
-    return InvalidArgument("probe: unknown op '" + op + "'; known: allreduce, allgather, reducescatter, p2p");
+  const collectives::Collective* c = collectives::Find(op);
+  if (c == nullptr || !c->probe)
+    return InvalidArgument("probe: unknown op '" + op + "'; known: " + collectives::ProbeNames());
   constexpr int64_t kMiB = 1 << 20;
   if (s.max_bytes() == 0) s.set_max_bytes(op == "p2p" ? 4 * kMiB : 16 * kMiB);
   if (s.min_bytes() == 0) s.set_min_bytes(op == "p2p" ? s.max_bytes() : 8);
@@ -28,14 +31,6 @@ StatusOr<v1::ProbeSpec> NormalizeProbeSpec(const v1::ProbeSpec& in) {
   if (s.warmup_iters() < 0 || s.warmup_iters() > 100)
     return InvalidArgument("probe: --warmup must be between 0 and 100, got " + std::to_string(s.warmup_iters()));
   return s;
-}
-
-double BusBandwidthFactor(const std::string& op, int world) {
-  if (world <= 1) return 0.0;  // nothing crosses a link
-  const double n = world;
-  if (op == "allreduce") return 2.0 * (n - 1) / n;
-  if (op == "allgather" || op == "reducescatter") return (n - 1) / n;
-  return 1.0;
 }
 
 StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int world,
@@ -69,7 +64,8 @@ StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int 
       return Internal("probe: rank " + std::to_string(r.rank()) + " reported " + std::to_string(r.rows_size()) +
                       " sizes, rank " + std::to_string(reports.front().rank()) + " " + std::to_string(rows));
   }
-  const double factor = BusBandwidthFactor(spec.op(), world);
+  const collectives::Collective* c = collectives::Find(spec.op());
+  const double factor = c ? c->busbw_factor(world) : 1.0;
   double busbw_sum = 0;
   for (int i = 0; i < rows; ++i) {
     v1::ProbeRow row = reports.front().rows(i);

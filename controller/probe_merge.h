@@ -16,10 +16,6 @@ namespace firedrill::controller {
 // messages) and checks the ranges; errors name the flag.
 StatusOr<v1::ProbeSpec> NormalizeProbeSpec(const v1::ProbeSpec& spec);
 
-// nccl-tests' busbw = algbw x factor: what each rank's link carries in a
-// ring. all-reduce 2(n-1)/n; all-gather and reduce-scatter (n-1)/n.
-double BusBandwidthFactor(const std::string& op, int world);
-
 // One report per rank, none with an error. Times are averaged over ranks (as
 // nccl-tests' default -a 1), wrong elements summed; p2p pairs take the
 // sender's time and the receiver's count of wrong elements.

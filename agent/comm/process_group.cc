@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "agent/comm/shm_transport.h"
+#include "collectives/collective.h"
 
 namespace firedrill::agent::comm {
 
@@ -117,14 +118,11 @@ class LinkQueue {
   std::thread thread_;
 };
 
-// What a rank moves over its link for one collective, as a ring would.
+// What a rank moves over its link for one collective, as a ring would
+// (collectives/: one definition per collective).
 int64_t RingLinkBytes(const char* op, int64_t bytes, int world) {
-  if (world <= 1) return 0;
-  const std::string_view o = op;
-  if (o == "allreduce") return 2 * bytes * (world - 1) / world;
-  if (o == "allgather" || o == "reducescatter") return bytes * (world - 1) / world;
-  if (o == "barrier") return 0;
-  return bytes;  // broadcast, send, recv
+  const collectives::Collective* c = collectives::Find(op);
+  return c ? c->link_bytes(bytes, world) : bytes;
 }
 
 }  // namespace
@@ -354,7 +352,7 @@ Status ProcessGroup::ReduceScatterSum(const at::Tensor& in, at::Tensor& out, int
 }
 
 Status ProcessGroup::Send(const at::Tensor& t, int peer, int tag, int64_t step) {
-  const auto info = BeginSync("send", Bytes(t), Bytes(t), step);
+  const auto info = BeginSync("send", Bytes(t), RingLinkBytes("send", Bytes(t), opts_.world_size), step);
   if (!impl_->pg) return FailedPrecondition(Label(info) + ": process group not connected");
   try {
     std::vector<at::Tensor> args{t};
@@ -373,11 +371,12 @@ Status ProcessGroup::Recv(at::Tensor& t, int peer, int tag, int64_t step) {
     std::vector<at::Tensor> args{t};
     impl_->pg->recv(args, peer, tag)->wait();
   } catch (...) {
-    const CollectiveInfo info{{opts_.rank, step}, "recv", ++seq_, Bytes(t), Bytes(t)};
+    const CollectiveInfo info{{opts_.rank, step}, "recv", ++seq_, Bytes(t),
+                              RingLinkBytes("recv", Bytes(t), opts_.world_size)};
     return CommError(Label(info) + " from rank " + std::to_string(peer), Describe(std::current_exception()));
   }
   // The receiving side's link: the message is only usable once it crossed it.
-  BeginSync("recv", Bytes(t), Bytes(t), step);
+  BeginSync("recv", Bytes(t), RingLinkBytes("recv", Bytes(t), opts_.world_size), step);
   return Status::Ok();
 }
 

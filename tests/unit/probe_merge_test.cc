@@ -44,14 +44,6 @@ TEST(ProbeSpec, BadRequestsNameTheFlag) {
   EXPECT_NE(NormalizeProbeSpec(s).status().message().find("--iters"), std::string::npos);
 }
 
-TEST(ProbeMerge, BusBandwidthFactorsAreNcclTests) {
-  EXPECT_DOUBLE_EQ(BusBandwidthFactor("allreduce", 4), 1.5);
-  EXPECT_DOUBLE_EQ(BusBandwidthFactor("allreduce", 2), 1.0);
-  EXPECT_DOUBLE_EQ(BusBandwidthFactor("allgather", 4), 0.75);
-  EXPECT_DOUBLE_EQ(BusBandwidthFactor("reducescatter", 8), 0.875);
-  EXPECT_DOUBLE_EQ(BusBandwidthFactor("allreduce", 1), 0.0);
-}
-
 v1::ProbeReport Report(int rank, std::vector<std::pair<double, int64_t>> rows) {
   v1::ProbeReport r;
   r.set_rank(rank);
