@@ -1,0 +1,228 @@
+#include "controller/netns_fabric.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "common/subprocess.h"
+
+namespace firedrill::controller {
+
+namespace {
+
+std::string RandomTag() {
+  std::random_device rd;
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%06x", static_cast<unsigned>(rd()) & 0xffffffu);
+  return buf;
+}
+
+// Only names this code makes are ever deleted, whatever a ledger says.
+bool Ours(const std::string& kind, const std::string& name) {
+  if (kind == "netns") return name.rfind("fd-", 0) == 0 && name.size() <= 64;
+  if (kind == "link") return (name.rfind("fdb", 0) == 0 || name.rfind("fdv", 0) == 0) && name.size() <= 15;
+  return false;
+}
+
+Status Remove(const std::string& kind, const std::string& name) {
+  if (!Ours(kind, name)) return InvalidArgument("refusing to remove " + kind + " '" + name + "': not one of ours");
+  auto r = kind == "netns" ? RunCommand({"ip", "netns", "del", name}) : RunCommand({"ip", "link", "del", name});
+  if (!r.ok()) return r.status();
+  // Already gone is fine: a host's veth goes with its namespace.
+  if (r->exit_code != 0 && r->output.find("No such") == std::string::npos &&
+      r->output.find("Cannot find") == std::string::npos && r->output.find("does not exist") == std::string::npos)
+    return Internal("removing " + kind + " " + name + ": " + r->output);
+  return Status::Ok();
+}
+
+// The /24s of 198.18.0.0/15 some interface here already uses.
+std::set<int> UsedSubnets() {
+  std::set<int> used;
+  auto r = RunCommand({"ip", "-o", "-4", "addr", "show"});
+  if (!r.ok()) return used;
+  for (int k = 0; k < 512; ++k) {
+    const std::string p = (k < 256 ? "198.18." + std::to_string(k) : "198.19." + std::to_string(k - 256)) + ".";
+    if (r->output.find(" " + p) != std::string::npos) used.insert(k);
+  }
+  return used;
+}
+
+}  // namespace
+
+std::string NetnsFabric::NetnsPath(const std::string& netns) { return "/run/netns/" + netns; }
+
+Status NetnsFabric::Available() {
+  if (geteuid() != 0) return FailedPrecondition("network namespaces need root (running as uid " + std::to_string(geteuid()) + ")");
+  const std::string ns = "fd-probe-" + std::to_string(getpid());
+  const std::string veth = "fdv" + RandomTag() + "p";
+  FD_RETURN_IF_ERROR(RunChecked({"ip", "netns", "add", ns}));
+  Status st = RunChecked({"ip", "link", "add", veth, "type", "veth", "peer", "name", veth + "x"});
+  if (st.ok()) st = RunChecked({"ip", "link", "set", veth + "x", "netns", ns});
+  (void)Remove("link", veth);
+  (void)Remove("netns", ns);
+  return st;
+}
+
+Status NetnsFabric::Record(const std::string& kind, const std::string& name) {
+  std::ofstream out(ledger_, std::ios::app);
+  out << kind << " " << name << "\n";
+  out.flush();
+  if (!out) return Internal("writing the network ledger " + ledger_ + " failed");
+  return Status::Ok();
+}
+
+Status NetnsFabric::Forget(const std::string& kind, const std::string& name) {
+  std::ifstream in(ledger_);
+  std::vector<std::string> keep;
+  std::string line;
+  while (std::getline(in, line))
+    if (line != kind + " " + name) keep.push_back(line);
+  in.close();
+  std::ofstream out(ledger_, std::ios::trunc);
+  for (const auto& l : keep) out << l << "\n";
+  if (!out) return Internal("rewriting the network ledger " + ledger_ + " failed");
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<NetnsFabric>> NetnsFabric::Create(const std::string& ledger) {
+  std::unique_ptr<NetnsFabric> f(new NetnsFabric());
+  f->ledger_ = ledger;
+  f->tag_ = RandomTag();
+  f->bridge_ = "fdb" + f->tag_;
+  const std::set<int> used = UsedSubnets();
+  int k = 0;
+  while (k < 512 && used.count(k)) ++k;
+  if (k == 512) return ResourceExhausted("every /24 of 198.18.0.0/15 is in use on this machine");
+  f->prefix_ = (k < 256 ? "198.18." + std::to_string(k) : "198.19." + std::to_string(k - 256)) + ".";
+  f->gateway_ = f->prefix_ + "1";
+  FD_RETURN_IF_ERROR(f->Record("link", f->bridge_));
+  FD_RETURN_IF_ERROR(RunChecked({"ip", "link", "add", f->bridge_, "type", "bridge"}));
+  FD_RETURN_IF_ERROR(RunChecked({"ip", "addr", "add", f->gateway_ + "/24", "dev", f->bridge_}));
+  FD_RETURN_IF_ERROR(RunChecked({"ip", "link", "set", f->bridge_, "up"}));
+  return f;
+}
+
+NetnsFabric::~NetnsFabric() {
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, h] : hosts_) names.push_back(name);
+  }
+  for (const auto& n : names) (void)RemoveHost(n);
+  if (!bridge_.empty()) (void)Remove("link", bridge_);
+  std::remove(ledger_.c_str());
+}
+
+StatusOr<NetnsHost> NetnsFabric::AddHost(const std::string& host_name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (hosts_.count(host_name)) return AlreadyExists("host " + host_name + " already has a namespace");
+  if (next_index_ > 252) return ResourceExhausted("a fabric holds at most 253 hosts");
+  const int idx = next_index_++;
+  NetnsHost h;
+  h.name = host_name;
+  h.netns = "fd-" + tag_ + "-" + std::to_string(idx);
+  h.address = prefix_ + std::to_string(idx + 2);
+  h.ifname = "eth0";
+  h.host_veth = "fdv" + tag_ + std::to_string(idx);
+  const std::string peer = "fdp" + tag_ + std::to_string(idx);
+  const std::string ns = h.netns;
+  FD_RETURN_IF_ERROR(Record("netns", ns));
+  FD_RETURN_IF_ERROR(Record("link", h.host_veth));
+  const std::vector<std::vector<std::string>> steps = {
+      {"ip", "netns", "add", ns},
+      {"ip", "link", "add", h.host_veth, "type", "veth", "peer", "name", peer},
+      {"ip", "link", "set", peer, "netns", ns},
+      {"ip", "-n", ns, "link", "set", peer, "name", h.ifname},
+      {"ip", "-n", ns, "addr", "add", h.address + "/24", "dev", h.ifname},
+      {"ip", "-n", ns, "link", "set", h.ifname, "up"},
+      {"ip", "-n", ns, "link", "set", "lo", "up"},
+      {"ip", "link", "set", h.host_veth, "master", bridge_},
+      {"ip", "link", "set", h.host_veth, "up"},
+  };
+  for (const auto& cmd : steps) {
+    if (Status st = RunChecked(cmd); !st.ok()) {
+      (void)Remove("netns", ns);
+      (void)Remove("link", h.host_veth);
+      (void)Forget("netns", ns);
+      (void)Forget("link", h.host_veth);
+      return Status(st.code(), "host " + host_name + ": " + st.message());
+    }
+  }
+  hosts_[host_name] = h;
+  return h;
+}
+
+Status NetnsFabric::RemoveHost(const std::string& host_name) {
+  NetnsHost h;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = hosts_.find(host_name);
+    if (it == hosts_.end()) return NotFound("no namespace for host " + host_name);
+    h = it->second;
+    hosts_.erase(it);
+  }
+  Status st = Remove("netns", h.netns);  // takes eth0 and, with it, its veth peer
+  if (Status l = Remove("link", h.host_veth); st.ok()) st = l;
+  (void)Forget("netns", h.netns);
+  (void)Forget("link", h.host_veth);
+  return st;
+}
+
+StatusOr<NetnsHost> NetnsFabric::Host(const std::string& host_name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = hosts_.find(host_name);
+  if (it == hosts_.end()) return NotFound("no namespace for host " + host_name);
+  return it->second;
+}
+
+Status NetnsFabric::CleanLeftovers(const std::string& ledger, std::string* report) {
+  std::ifstream in(ledger);
+  if (!in) return Status::Ok();  // nothing was left
+  std::vector<std::pair<std::string, std::string>> objs;
+  std::string kind, name;
+  while (in >> kind >> name) objs.emplace_back(kind, name);
+  in.close();
+  Status first = Status::Ok();
+  // Namespaces first: their veths go with them; then the bridges.
+  for (const char* want : {"netns", "link"}) {
+    for (const auto& [k, n] : objs) {
+      if (k != want) continue;
+      Status st = Remove(k, n);
+      if (report) *report += (st.ok() ? "removed " : "could not remove ") + k + " " + n + "\n";
+      if (!st.ok() && first.ok()) first = st;
+    }
+  }
+  if (first.ok()) std::remove(ledger.c_str());
+  return first;
+}
+
+Status NetnsFabric::RunIn(const std::string& netns, const std::function<void()>& fn) {
+  Status result = Status::Ok();
+  std::thread t([&] {
+    const int fd = open(NetnsPath(netns).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      result = NotFound("namespace " + netns + ": " + std::strerror(errno));
+      return;
+    }
+    const int rc = setns(fd, CLONE_NEWNET);
+    close(fd);
+    if (rc != 0) {
+      result = Internal("setns " + netns + ": " + std::strerror(errno));
+      return;
+    }
+    fn();
+  });
+  t.join();
+  return result;
+}
+
+}  // namespace firedrill::controller

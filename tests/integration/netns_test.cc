@@ -1,0 +1,191 @@
+// Simulated hosts as network namespaces (controller/netns_fabric.h), on the
+// real kernel: hosts reach each other over real TCP through their veths and
+// the bridge, nothing routes beyond the fabric, the machine's own
+// interfaces are untouched, and neither a clean end nor a crash leaves a
+// namespace or link behind. Skipped, with the reason, where the machine
+// refuses namespaces (not root, no iproute2).
+#include "controller/netns_fabric.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "common/subprocess.h"
+
+namespace firedrill::controller {
+namespace {
+
+std::string Output(const std::vector<std::string>& argv) {
+  auto r = RunCommand(argv);
+  return r.ok() ? r->output : "";
+}
+
+// The machine's interfaces that are not ours.
+std::set<std::string> ForeignLinks() {
+  std::set<std::string> names;
+  std::istringstream in(Output({"ip", "-o", "link", "show"}));
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto a = line.find(": "), b = line.find(':', a + 2);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string name = line.substr(a + 2, b - a - 2);
+    if (const auto at = name.find('@'); at != std::string::npos) name = name.substr(0, at);
+    if (name.rfind("fd", 0) != 0) names.insert(name);
+  }
+  return names;
+}
+
+class NetnsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const Status ok = NetnsFabric::Available();
+    if (!ok.ok()) GTEST_SKIP() << "network namespaces refused here: " << ok.message();
+    dir_ = std::filesystem::temp_directory_path() / ("fd-netns-test-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+    ledger_ = (dir_ / "network.ledger").string();
+    before_ = ForeignLinks();
+  }
+  void TearDown() override {
+    if (dir_.empty()) return;
+    EXPECT_EQ(ForeignLinks(), before_) << "the machine's own interfaces must not change";
+    std::filesystem::remove_all(dir_);
+  }
+  std::filesystem::path dir_;
+  std::string ledger_;
+  std::set<std::string> before_;
+};
+
+// Echo server on `host`: returns the port once listening; serves one client.
+std::future<void> Echo(const NetnsHost& host, std::promise<int>& port) {
+  return std::async(std::launch::async, [&host, &port] {
+    const Status st = NetnsFabric::RunIn(host.netns, [&] {
+      const int s = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      inet_pton(AF_INET, host.address.c_str(), &a.sin_addr);
+      if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(s, 1) != 0) {
+        port.set_value(-1);
+        close(s);
+        return;
+      }
+      socklen_t len = sizeof a;
+      getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+      port.set_value(ntohs(a.sin_port));
+      const int c = accept(s, nullptr, nullptr);
+      char buf[16];
+      const ssize_t n = read(c, buf, sizeof buf);
+      if (n > 0) (void)!write(c, buf, static_cast<size_t>(n));
+      close(c);
+      close(s);
+    });
+    EXPECT_TRUE(st.ok()) << st.message();
+  });
+}
+
+// Connects from `from_netns` to addr:port, sends "hello", returns the echo.
+std::string Call(const std::string& from_netns, const std::string& addr, int port) {
+  std::string got;
+  const Status st = NetnsFabric::RunIn(from_netns, [&] {
+    const int s = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
+    if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      (void)!write(s, "hello", 5);
+      char buf[16];
+      const ssize_t n = read(s, buf, sizeof buf);
+      if (n > 0) got.assign(buf, static_cast<size_t>(n));
+    }
+    close(s);
+  });
+  EXPECT_TRUE(st.ok()) << st.message();
+  return got;
+}
+
+TEST_F(NetnsTest, HostsTalkRealTcpThroughTheBridgeAndNothingRoutesBeyondIt) {
+  std::string tag;
+  {
+    auto fabric = NetnsFabric::Create(ledger_);
+    ASSERT_TRUE(fabric.ok()) << fabric.status().message();
+    tag = (*fabric)->tag();
+    auto a = (*fabric)->AddHost("node-0");
+    auto b = (*fabric)->AddHost("node-1");
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    ASSERT_TRUE(b.ok()) << b.status().message();
+    EXPECT_NE(a->address, b->address);
+    EXPECT_EQ(a->address.rfind("198.1", 0), 0u) << a->address;
+    EXPECT_FALSE((*fabric)->AddHost("node-0").ok()) << "one namespace per host";
+
+    std::promise<int> port;
+    auto served = Echo(*b, port);
+    const int p = port.get_future().get();
+    ASSERT_GT(p, 0);
+    EXPECT_EQ(Call(a->netns, b->address, p), "hello") << "host to host over veth and bridge";
+    served.get();
+
+    // Inside a host: its own eth0 and loopback, its subnet, no default route.
+    const std::string routes = Output({"ip", "-n", a->netns, "route", "show"});
+    EXPECT_EQ(routes.find("default"), std::string::npos) << routes;
+    const std::string links = Output({"ip", "-n", a->netns, "-o", "link", "show"});
+    EXPECT_NE(links.find(" eth0"), std::string::npos) << links;
+    EXPECT_NE(Output({"ip", "netns", "list"}).find(a->netns), std::string::npos);
+  }
+  // The fabric is gone with everything it made.
+  EXPECT_EQ(Output({"ip", "netns", "list"}).find(tag), std::string::npos);
+  EXPECT_EQ(Output({"ip", "-o", "link", "show"}).find(tag), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(ledger_));
+}
+
+TEST_F(NetnsTest, ACrashedControllersLeftoversAreRemovedFromItsLedger) {
+  // The child makes a fabric and dies without cleaning up.
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto fabric = NetnsFabric::Create(ledger_);
+    if (!fabric.ok() || !(*fabric)->AddHost("node-0").ok() || !(*fabric)->AddHost("node-1").ok()) _exit(1);
+    _exit(0);  // no destructors: what a SIGKILL leaves
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::ifstream in(ledger_);
+  std::string kind, name, netns;
+  while (in >> kind >> name)
+    if (kind == "netns") netns = name;
+  ASSERT_FALSE(netns.empty());
+  ASSERT_NE(Output({"ip", "netns", "list"}).find(netns), std::string::npos) << "left behind, as a crash would";
+  std::string report;
+  const Status st = NetnsFabric::CleanLeftovers(ledger_, &report);
+  EXPECT_TRUE(st.ok()) << st.message();
+  EXPECT_NE(report.find("removed netns " + netns), std::string::npos) << report;
+  EXPECT_EQ(Output({"ip", "netns", "list"}).find(netns), std::string::npos);
+  const std::string tag = netns.substr(3, 6);
+  EXPECT_EQ(Output({"ip", "-o", "link", "show"}).find(tag), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(ledger_));
+}
+
+TEST_F(NetnsTest, ALedgerNamingSomethingNotOursIsRefused) {
+  {
+    std::ofstream out(ledger_);
+    out << "link eth0\nnetns default\n";
+  }
+  std::string report;
+  EXPECT_FALSE(NetnsFabric::CleanLeftovers(ledger_, &report).ok());
+  EXPECT_NE(report.find("could not remove link eth0"), std::string::npos) << report;
+  std::filesystem::remove(ledger_);
+}
+
+}  // namespace
+}  // namespace firedrill::controller
