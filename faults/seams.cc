@@ -6,34 +6,25 @@
 
 namespace firedrill::faults {
 
-void ComputeSlowdown::Slow(FaultId id, double factor) {
+void PerFault::Set(FaultId id, double v) {
   std::lock_guard<std::mutex> lock(mu_);
-  by_fault_[id] = factor;
+  by_fault_[id] = v;
 }
-void ComputeSlowdown::Restore(FaultId id) {
+void PerFault::Erase(FaultId id) {
   std::lock_guard<std::mutex> lock(mu_);
   by_fault_.erase(id);
 }
-double ComputeSlowdown::factor() const {
+double PerFault::Product() const {
   std::lock_guard<std::mutex> lock(mu_);
-  double f = 1.0;
-  for (const auto& [id, x] : by_fault_) f *= x;
-  return f;
+  double p = 1.0;
+  for (const auto& [id, x] : by_fault_) p *= x;
+  return p;
 }
-
-void StorageLatency::AddReadLatency(FaultId id, double ms_per_sample) {
+double PerFault::Sum() const {
   std::lock_guard<std::mutex> lock(mu_);
-  by_fault_[id] = ms_per_sample;
-}
-void StorageLatency::Restore(FaultId id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  by_fault_.erase(id);
-}
-double StorageLatency::extra_ms() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  double ms = 0;
-  for (const auto& [id, x] : by_fault_) ms += x;
-  return ms;
+  double sum = 0;
+  for (const auto& [id, x] : by_fault_) sum += x;
+  return sum;
 }
 
 void LinkModel::Degrade(FaultId id, double latency_us, double bandwidth_gbps) {

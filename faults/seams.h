@@ -72,28 +72,39 @@ struct Seams {
 // collective layer read. Thread-safe: faults change them at step boundaries
 // on the training thread while collectives run on others.
 
-// Multiplies the factors of every fault holding it.
-class ComputeSlowdown : public ComputeSeam {
+// One number per fault holding a seam.
+class PerFault {
  public:
-  void Slow(FaultId id, double factor) override;
-  void Restore(FaultId id) override;
-  double factor() const;
+  void Set(FaultId id, double v);
+  void Erase(FaultId id);
+  double Product() const;
+  double Sum() const;
 
  private:
   mutable std::mutex mu_;
   std::map<FaultId, double> by_fault_;
 };
 
+// Multiplies the factors of every fault holding it.
+class ComputeSlowdown : public ComputeSeam {
+ public:
+  void Slow(FaultId id, double factor) override { f_.Set(id, factor); }
+  void Restore(FaultId id) override { f_.Erase(id); }
+  double factor() const { return f_.Product(); }
+
+ private:
+  PerFault f_;
+};
+
 // Sums the latencies of every fault holding it.
 class StorageLatency : public DataSeam {
  public:
-  void AddReadLatency(FaultId id, double ms_per_sample) override;
-  void Restore(FaultId id) override;
-  double extra_ms() const;
+  void AddReadLatency(FaultId id, double ms_per_sample) override { ms_.Set(id, ms_per_sample); }
+  void Restore(FaultId id) override { ms_.Erase(id); }
+  double extra_ms() const { return ms_.Sum(); }
 
  private:
-  mutable std::mutex mu_;
-  std::map<FaultId, double> by_fault_;
+  PerFault ms_;
 };
 
 // Each degradation costs its latency plus the link bytes at its bandwidth;
