@@ -1,0 +1,159 @@
+#include "faults/cpu_quota.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace firedrill::faults {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+Status WriteFile(const std::string& path, const std::string& value) {
+  std::ofstream out(path);
+  if (!out) return Unavailable("cannot open " + path + ": " + std::strerror(errno));
+  out << value;
+  out.flush();
+  if (!out) return Unavailable("writing '" + value + "' to " + path + " failed: " + std::strerror(errno));
+  return Status::Ok();
+}
+
+// The cpu controller's mount point and whether it is cgroup v2, from
+// /proc/self/mountinfo; empty when there is none.
+std::pair<std::string, bool> CpuMount() {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line, v2_mount;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string id, parent, dev, root, mount, opts, field;
+    f >> id >> parent >> dev >> root >> mount >> opts;
+    while (f >> field && field != "-") {
+    }
+    std::string type, source, super;
+    f >> type >> source >> super;
+    if (type == "cgroup") {
+      std::istringstream o(super);
+      std::string opt;
+      while (std::getline(o, opt, ','))
+        if (opt == "cpu") return {mount, false};
+    } else if (type == "cgroup2" && v2_mount.empty()) {
+      std::ifstream ctl(mount + "/cgroup.controllers");
+      std::string c;
+      while (ctl >> c)
+        if (c == "cpu") v2_mount = mount;
+    }
+  }
+  return {v2_mount, !v2_mount.empty()};
+}
+
+// This process's cgroup under the cpu controller (relative to its mount).
+std::string OwnCgroup(bool v2) {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string ctrls = line.substr(a + 1, b - a - 1);
+    const std::string path = line.substr(b + 1);
+    if (v2 && ctrls.empty()) return path;
+    std::istringstream c(ctrls);
+    std::string one;
+    while (std::getline(c, one, ','))
+      if (!v2 && one == "cpu") return path;
+  }
+  return "/";
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CpuQuota>> CpuQuota::Create(const std::string& name) {
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+    return InvalidArgument("cgroup name '" + name + "' is not a plain name");
+  const auto [mount, v2] = CpuMount();
+  if (mount.empty()) return Unavailable("no cgroup cpu controller is mounted");
+  std::unique_ptr<CpuQuota> q(new CpuQuota());
+  q->v2_ = v2;
+  const std::string parent = mount + "/firedrill";
+  if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST)
+    return Unavailable("cannot create " + parent + ": " + std::strerror(errno));
+  if (v2) {  // let the cpu controller reach our cgroups
+    (void)WriteFile(mount + "/cgroup.subtree_control", "+cpu");
+    (void)WriteFile(parent + "/cgroup.subtree_control", "+cpu");
+  }
+  q->path_ = parent + "/" + name;
+  if (mkdir(q->path_.c_str(), 0755) != 0 && errno != EEXIST)
+    return Unavailable("cannot create " + q->path_ + ": " + std::strerror(errno));
+  q->previous_ = mount + OwnCgroup(v2);
+  if (Status st = q->Unlimit(); !st.ok()) {
+    rmdir(q->path_.c_str());
+    return st;
+  }
+  return q;
+}
+
+CpuQuota::~CpuQuota() {
+  if (joined_ >= 0) (void)WriteFile(previous_ + "/cgroup.procs", std::to_string(joined_));
+  // Empty now unless a joined process forked children into it; rmdir then
+  // fails and CleanLeftovers takes it later.
+  if (path_.empty()) return;
+  rmdir(path_.c_str());
+  rmdir(fs::path(path_).parent_path().c_str());  // firedrill/, when it was the last
+}
+
+Status CpuQuota::Join(pid_t pid) {
+  const pid_t p = pid == 0 ? getpid() : pid;
+  FD_RETURN_IF_ERROR(WriteFile(path_ + "/cgroup.procs", std::to_string(p)));
+  joined_ = p;
+  return Status::Ok();
+}
+
+Status CpuQuota::Limit(double cores) {
+  if (!(cores > 0)) return InvalidArgument("a CPU limit must be > 0 cores");
+  // The kernel's floor is 1 ms of quota per period.
+  const int64_t quota = std::max<int64_t>(1000, static_cast<int64_t>(std::llround(cores * period_us_)));
+  if (v2_) return WriteFile(path_ + "/cpu.max", std::to_string(quota) + " " + std::to_string(period_us_));
+  FD_RETURN_IF_ERROR(WriteFile(path_ + "/cpu.cfs_period_us", std::to_string(period_us_)));
+  return WriteFile(path_ + "/cpu.cfs_quota_us", std::to_string(quota));
+}
+
+Status CpuQuota::Unlimit() {
+  if (v2_) return WriteFile(path_ + "/cpu.max", "max " + std::to_string(period_us_));
+  FD_RETURN_IF_ERROR(WriteFile(path_ + "/cpu.cfs_quota_us", "-1"));
+  return WriteFile(path_ + "/cpu.cfs_period_us", std::to_string(period_us_));
+}
+
+StatusOr<CpuStat> CpuQuota::Stat() const {
+  std::ifstream in(path_ + "/cpu.stat");
+  if (!in) return Unavailable("cannot read " + path_ + "/cpu.stat");
+  CpuStat s;
+  std::string key;
+  int64_t v = 0;
+  while (in >> key >> v) {
+    if (key == "nr_periods") s.periods = v;
+    if (key == "nr_throttled") s.throttled = v;
+    if (key == "throttled_time") s.throttled_s = v / 1e9;  // v1: ns
+    if (key == "throttled_usec") s.throttled_s = v / 1e6;  // v2
+  }
+  return s;
+}
+
+int CpuQuota::CleanLeftovers() {
+  const auto [mount, v2] = CpuMount();
+  if (mount.empty()) return 0;
+  std::error_code ec;
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(mount + "/firedrill", ec))
+    if (e.is_directory() && rmdir(e.path().c_str()) == 0) ++n;
+  rmdir((mount + "/firedrill").c_str());
+  return n;
+}
+
+}  // namespace firedrill::faults

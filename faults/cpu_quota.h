@@ -1,0 +1,57 @@
+// A CPU bandwidth limit on one process, as a thermally throttled or
+// power-capped host imposes: a cgroup of the cpu controller with a quota per
+// period (v1: cpu.cfs_quota_us / cpu.cfs_period_us; v2: cpu.max), which the
+// process joins with all its threads. The kernel then throttles it: it
+// really runs slower, its gradient buckets really launch late, and the
+// cgroup's cpu.stat counts the throttled periods as a throttled device's
+// counters would. The compute seam of the agent stands on it where cgroups
+// can be written (agent/compute_seam.h); where not, on sleeps.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace firedrill::faults {
+
+struct CpuStat {
+  int64_t periods = 0;    // enforcement periods that had runnable threads
+  int64_t throttled = 0;  // of those, periods the quota ran out
+  double throttled_s = 0; // total time throttled
+};
+
+class CpuQuota {
+ public:
+  // Where the cpu controller is mounted and writable: makes
+  // <mount>/firedrill/<name> (unlimited). The error says why not.
+  static StatusOr<std::unique_ptr<CpuQuota>> Create(const std::string& name);
+  // Moves what joined back to where it was and removes the cgroup.
+  ~CpuQuota();
+
+  // Moves process `pid` (0: this one), every thread, into the cgroup.
+  Status Join(pid_t pid = 0);
+  // At most `cores` CPUs' worth of time per period (e.g. 0.25).
+  Status Limit(double cores);
+  Status Unlimit();
+  StatusOr<CpuStat> Stat() const;
+  const std::string& path() const { return path_; }
+  bool v2() const { return v2_; }
+
+  // Removes empty <mount>/firedrill/* cgroups that a killed process left;
+  // returns how many.
+  static int CleanLeftovers();
+
+ private:
+  CpuQuota() = default;
+  std::string path_;      // our cgroup
+  std::string previous_;  // where the joined process was (its cgroup.procs)
+  pid_t joined_ = -1;
+  bool v2_ = false;
+  int64_t period_us_ = 10000;  // short periods: throttling spread evenly over a step
+};
+
+}  // namespace firedrill::faults
