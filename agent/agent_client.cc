@@ -242,7 +242,6 @@ void AgentClient::JobMain(v1::RunJob job) {
   o.max_steps = job.max_steps();
   o.seed = static_cast<uint64_t>(job.seed());
   o.faults.assign(job.faults().begin(), job.faults().end());
-  o.export_fault_environment = true;
   o.store_bind_host = opts_.bind_host;
   o.store_advertise_host = opts_.advertise_host;
   o.comm_host = opts_.advertise_host;  // Gloo binds here and peers dial it

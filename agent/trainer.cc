@@ -103,7 +103,7 @@ struct Trainer::Impl {
   faults::ComputeSlowdown compute;
   faults::StorageLatency storage;
   faults::LinkModel link;
-  std::unique_ptr<faults::ProcessEnvironment> environment;
+  faults::FaultEnvironment environment;
   faults::Seams seams;
   std::unique_ptr<faults::FaultRunner> faults;
   // Sleeps out a slowed compute phase that began at `t0`: (factor - 1) x
@@ -176,8 +176,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
   auto runner = faults::FaultRunner::Create(opts.faults);
   if (!runner.ok()) return WithPrefix(who, runner.status());
   impl->faults = std::move(runner).value();
-  impl->environment = std::make_unique<faults::ProcessEnvironment>(opts.export_fault_environment);
-  impl->seams = faults::Seams{&impl->compute, &impl->storage, &impl->link, impl->environment.get()};
+  impl->seams = faults::Seams{&impl->compute, &impl->storage, &impl->link, &impl->environment};
   // Measured before any budget applies (the probe's own GEMMs must never be
   // what runs out of simulated memory).
   if (opts.telemetry) impl->peak_flops = PeakMatmulFlops(impl->threads);
@@ -310,20 +309,10 @@ Status Trainer::Run(const std::atomic<bool>& stop,
     go.allow_shared_memory = m.opts.shared_memory_allreduce;
     if (!m.opts.recorder) m.opts.recorder = std::make_shared<comm::FlightRecorder>();
     go.recorder = m.opts.recorder;
-    // The job's setting wins; otherwise Gloo is built from the
-    // environment, as PyTorch's ProcessGroupGloo binding reads it.
+    // The job's setting wins; otherwise the host's environment, as
+    // PyTorch's ProcessGroupGloo binding reads GLOO_SOCKET_IFNAME.
     go.socket_ifname = m.opts.job.comm().socket_ifname();
-    if (go.socket_ifname.empty()) {
-      const auto env = m.environment->Get("GLOO_SOCKET_IFNAME");
-      if (env && !env->empty()) {
-        go.socket_ifname = *env;
-        spdlog::info("{}: GLOO_SOCKET_IFNAME={} (from the environment): Gloo binds interface {}", who, *env, *env);
-      } else {
-        spdlog::info("{}: Gloo binds {} (no GLOO_SOCKET_IFNAME, no comm.socket_ifname)", who, go.device_host);
-      }
-    } else {
-      spdlog::info("{}: Gloo binds interface {} (comm.socket_ifname)", who, go.socket_ifname);
-    }
+    if (go.socket_ifname.empty()) go.socket_ifname = m.environment.Get("GLOO_SOCKET_IFNAME").value_or("");
 
     std::unique_ptr<comm::ProcessGroup> pg;
     if (m.rank == 0) {

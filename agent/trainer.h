@@ -31,11 +31,6 @@ struct TrainerOptions {
   int64_t max_steps = 0;                  // steps this run; 0 = job.steps
   uint64_t seed = 0;                      // session seed (data, init)
   std::vector<v1::ResolvedFault> faults;  // this rank's, from the controller
-  // A fault of the environment (GLOO_SOCKET_IFNAME, ...) changes the
-  // process's real environment too, and restores it after the run: right
-  // for the agent, one rank per process; off where ranks are threads of one
-  // process (tests), which then see it only through the trainer.
-  bool export_fault_environment = false;
   // Rank 0 hosts the TCPStore on an ephemeral port and announces
   // `store_advertise_host`:port through store_ready. LibTorch 1.13's store
   // server listens on every interface; `store_bind_host` is where rank 0's

@@ -15,6 +15,8 @@
 //
 // One JSON object per trial goes to --out as it finishes (so a long run can
 // be read while it goes); the per-scenario table goes to stdout at the end.
+// A run taken in parts: --resume skips what --out holds; --report FILE...
+// prints the table of several files.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -22,6 +24,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -224,76 +227,51 @@ Trial Play(cli::DrillClient& c, const v1::Scenario& sc, int64_t seed, bool accep
   return t;
 }
 
-}  // namespace
+nlohmann::json ToJson(const Trial& t) {
+  return {{"scenario", t.scenario}, {"condition", t.condition}, {"fix", t.fix},
+          {"seed", t.seed},         {"done", t.done},           {"passed", t.passed},
+          {"ratio", t.ratio},       {"skew", t.skew},           {"fix_points", t.fix_points},
+          {"total", t.total},       {"seconds", t.seconds},     {"detail", t.detail}};
+}
 
-int main(int argc, char** argv) {
-  int trials = 10;
-  int64_t seed0 = 5000;
-  std::string out_path = "grading.jsonl", only, scenario_dir = DefaultScenarioDir();
-  std::vector<std::string> conditions = {"idle", "burner"};
-  CLI::App app{"grading_reliability: false-fail and false-pass counts of verification, per scenario"};
-  app.add_option("--trials", trials, "sessions per scenario, fix and condition")->capture_default_str();
-  app.add_option("--seed", seed0, "first seed")->capture_default_str();
-  app.add_option("--out", out_path, "JSON lines, one per trial")->capture_default_str();
-  app.add_option("--scenario", only, "only this scenario");
-  app.add_option("--scenarios", scenario_dir, "scenario directory")->capture_default_str();
-  app.add_option("--conditions", conditions, "idle and/or burner")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+// The trials of earlier runs: a long measurement is taken in parts
+// (--resume) and reported as one (--report).
+std::vector<Trial> ReadTrials(const std::string& path) {
+  std::vector<Trial> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;
+    Trial t;
+    t.scenario = j.value("scenario", "");
+    t.condition = j.value("condition", "");
+    t.fix = j.value("fix", "");
+    t.seed = j.value("seed", int64_t{0});
+    t.done = j.value("done", false);
+    t.passed = j.value("passed", false);
+    t.ratio = j.value("ratio", 0.0);
+    t.skew = j.value("skew", 0.0);
+    t.fix_points = j.value("fix_points", 0);
+    t.total = j.value("total", 0);
+    t.seconds = j.value("seconds", 0.0);
+    t.detail = j.value("detail", "");
+    out.push_back(std::move(t));
+  }
+  return out;
+}
 
-  auto all = scenario::LoadScenarioDir(scenario_dir);
-  if (!all.ok()) {
-    std::fprintf(stderr, "grading_reliability: %s\n", all.status().message().c_str());
-    return 2;
-  }
-  Controller ctl = StartController(scenario_dir);
-  if (ctl.addr.empty()) {
-    std::fprintf(stderr, "grading_reliability: the controller did not start; see %s/controller.log\n", ctl.dir.c_str());
-    return 1;
-  }
-  cli::DrillClient client(ctl.addr, std::chrono::seconds(30));
-  auto key = controller::LoadOrCreateDrawKey(ctl.dir + "/draw.key");
-  if (!key.ok()) {
-    std::fprintf(stderr, "grading_reliability: %s\n", key.status().message().c_str());
-    return 1;
-  }
-  std::ofstream out(out_path, std::ios::app);
-  std::vector<Trial> results;
-  for (const auto& condition : conditions) {
-    const pid_t burner = condition == "burner" ? StartBurner(std::chrono::hours(12)) : -1;
-    for (const auto& sc : *all) {
-      if (!only.empty() && sc.id() != only) continue;
-      for (int i = 0; i < trials; ++i) {
-        for (bool accepted : {true, false}) {
-          const Trial t = Play(client, sc, seed0 + i, accepted, condition, *key);
-          results.push_back(t);
-          out << nlohmann::json{{"scenario", t.scenario}, {"condition", t.condition}, {"fix", t.fix},
-                                {"seed", t.seed},         {"done", t.done},           {"passed", t.passed},
-                                {"ratio", t.ratio},       {"skew", t.skew},           {"fix_points", t.fix_points},
-                                {"total", t.total},       {"seconds", t.seconds},     {"detail", t.detail}}
-                     .dump()
-              << std::endl;
-          std::fprintf(stderr, "%s %s %s seed %lld: %s ratio %.2f skew %.2f (%.0f s)\n", condition.c_str(),
-                       sc.id().c_str(), t.fix.c_str(), static_cast<long long>(t.seed),
-                       t.passed ? "PASS" : "FAIL", t.ratio, t.skew, t.seconds);
-        }
-      }
-    }
-    if (burner > 0) {
-      kill(burner, SIGKILL);
-      waitpid(burner, nullptr, 0);
-    }
-  }
-  kill(ctl.pid, SIGTERM);
-  waitpid(ctl.pid, nullptr, 0);
-  std::error_code ec;
-  std::filesystem::remove_all(ctl.dir, ec);
-
-  // scenario -> condition -> counts
-  std::printf("| scenario | condition | accepted: false fails | wrong: false passes | median ratio accepted | "
-              "median ratio wrong |\n|---|---|---|---|---|---|\n");
+// Per scenario and condition: the counts, the ratios' spread beside the
+// scenario's floor, and the skew limit.
+void PrintTable(const std::vector<Trial>& results, const std::vector<v1::Scenario>& scenarios) {
+  std::map<std::string, const v1::Scenario*> sc;
+  for (const auto& s : scenarios) sc[s.id()] = &s;
+  std::printf("| scenario | condition | floor | skew max | accepted: false fails | accepted ratio min / median | "
+              "wrong: false passes | wrong ratio median / max |\n|---|---|---|---|---|---|---|---|\n");
   std::map<std::pair<std::string, std::string>, std::vector<const Trial*>> by;
   for (const auto& t : results) by[{t.scenario, t.condition}].push_back(&t);
-  int ff = 0, fp = 0;
+  int ff = 0, fp = 0, acc_n = 0, wrong_n = 0;
   for (const auto& [key, ts] : by) {
     int acc = 0, acc_fail = 0, wrong = 0, wrong_pass = 0;
     std::vector<double> ra, rw;
@@ -310,9 +288,97 @@ int main(int argc, char** argv) {
     }
     ff += acc_fail;
     fp += wrong_pass;
-    std::printf("| %s | %s | %d/%d | %d/%d | %.2f | %.2f |\n", key.first.c_str(), key.second.c_str(), acc_fail, acc,
-                wrong_pass, wrong, Median(ra), Median(rw));
+    acc_n += acc;
+    wrong_n += wrong;
+    const v1::Scenario* s = sc.count(key.first) ? sc[key.first] : nullptr;
+    std::printf("| %s | %s | %.2f | %.2f | %d/%d | %.2f / %.2f | %d/%d | %.2f / %.2f |\n", key.first.c_str(),
+                key.second.c_str(), s ? s->verify().throughput_vs_baseline_min() : 0.0,
+                s ? s->verify().rank_step_skew_max() : 0.0, acc_fail, acc,
+                ra.empty() ? 0.0 : *std::min_element(ra.begin(), ra.end()), Median(ra), wrong_pass, wrong,
+                Median(rw), rw.empty() ? 0.0 : *std::max_element(rw.begin(), rw.end()));
   }
-  std::printf("\nfalse fails %d, false passes %d\n", ff, fp);
+  std::printf("\nfalse fails %d of %d accepted fixes, false passes %d of %d wrong fixes\n", ff, acc_n, fp, wrong_n);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int trials = 10;
+  int64_t seed0 = 5000;
+  std::string out_path = "grading.jsonl", only, scenario_dir = DefaultScenarioDir();
+  std::vector<std::string> conditions = {"idle", "burner"}, report;
+  bool resume = false;
+  CLI::App app{"grading_reliability: false-fail and false-pass counts of verification, per scenario"};
+  app.add_option("--trials", trials, "sessions per scenario, fix and condition")->capture_default_str();
+  app.add_option("--seed", seed0, "first seed")->capture_default_str();
+  app.add_option("--out", out_path, "JSON lines, one per trial (appended)")->capture_default_str();
+  app.add_option("--scenario", only, "only this scenario");
+  app.add_option("--scenarios", scenario_dir, "scenario directory")->capture_default_str();
+  app.add_option("--conditions", conditions, "idle and/or burner")->capture_default_str();
+  app.add_flag("--resume", resume, "skip the trials --out already holds (a run taken in parts)");
+  app.add_option("--report", report, "print the table of these JSON-lines files and exit (no trials)");
+  CLI11_PARSE(app, argc, argv);
+
+  auto all = scenario::LoadScenarioDir(scenario_dir);
+  if (!all.ok()) {
+    std::fprintf(stderr, "grading_reliability: %s\n", all.status().message().c_str());
+    return 2;
+  }
+  if (!report.empty()) {
+    std::vector<Trial> results;
+    for (const auto& f : report) {
+      auto got = ReadTrials(f);
+      if (got.empty()) std::fprintf(stderr, "grading_reliability: no trials in %s\n", f.c_str());
+      results.insert(results.end(), got.begin(), got.end());
+    }
+    PrintTable(results, *all);
+    return 0;
+  }
+  std::vector<Trial> results = resume ? ReadTrials(out_path) : std::vector<Trial>{};
+  auto have = [&](const std::string& scenario, const std::string& condition, int64_t seed, bool accepted) {
+    for (const auto& t : results)
+      if (t.scenario == scenario && t.condition == condition && t.seed == seed &&
+          t.fix == (accepted ? "accepted" : "wrong"))
+        return true;
+    return false;
+  };
+  Controller ctl = StartController(scenario_dir);
+  if (ctl.addr.empty()) {
+    std::fprintf(stderr, "grading_reliability: the controller did not start; see %s/controller.log\n", ctl.dir.c_str());
+    return 1;
+  }
+  cli::DrillClient client(ctl.addr, std::chrono::seconds(30));
+  auto key = controller::LoadOrCreateDrawKey(ctl.dir + "/draw.key");
+  if (!key.ok()) {
+    std::fprintf(stderr, "grading_reliability: %s\n", key.status().message().c_str());
+    return 1;
+  }
+  std::ofstream out(out_path, std::ios::app);
+  for (const auto& condition : conditions) {
+    const pid_t burner = condition == "burner" ? StartBurner(std::chrono::hours(12)) : -1;
+    for (const auto& sc : *all) {
+      if (!only.empty() && sc.id() != only) continue;
+      for (int i = 0; i < trials; ++i) {
+        for (bool accepted : {true, false}) {
+          if (have(sc.id(), condition, seed0 + i, accepted)) continue;
+          const Trial t = Play(client, sc, seed0 + i, accepted, condition, *key);
+          results.push_back(t);
+          out << ToJson(t).dump() << std::endl;
+          std::fprintf(stderr, "%s %s %s seed %lld: %s ratio %.2f skew %.2f (%.0f s)\n", condition.c_str(),
+                       sc.id().c_str(), t.fix.c_str(), static_cast<long long>(t.seed),
+                       t.passed ? "PASS" : "FAIL", t.ratio, t.skew, t.seconds);
+        }
+      }
+    }
+    if (burner > 0) {
+      kill(burner, SIGKILL);
+      waitpid(burner, nullptr, 0);
+    }
+  }
+  kill(ctl.pid, SIGTERM);
+  waitpid(ctl.pid, nullptr, 0);
+  std::error_code ec;
+  std::filesystem::remove_all(ctl.dir, ec);
+  PrintTable(results, *all);
   return 0;
 }

@@ -110,7 +110,7 @@ void PrintProbe(const v1::RunProbeResponse& r, std::ostream& out) {
   }
   const auto& s = r.spec();
   const collectives::Collective* c = collectives::Find(s.op());
-  const bool in_place = c && c->buffers(s.max_bytes(), r.world_size()).out == 0;
+  const bool in_place = c && r.world_size() > 0 && c->buffers(s.max_bytes(), r.world_size()).out == 0;
   char line[256];
   std::snprintf(line, sizeof line,
                 "# firedrill probe: %s over the job's %d ranks, after step %lld\n"

@@ -1,11 +1,14 @@
 #include "common/subprocess.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+
+extern char** environ;
 
 namespace firedrill {
 
@@ -15,15 +18,35 @@ std::string CommandLine(const std::vector<std::string>& argv) {
   return s;
 }
 
+std::string SystemTool(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  for (const char* dir : {"/usr/sbin/", "/usr/bin/", "/sbin/", "/bin/"}) {
+    const std::string p = dir + name;
+    struct stat st {};
+    if (stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & S_IXUSR)) return p;
+  }
+  return "";
+}
+
 StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv) {
   if (argv.empty()) return InvalidArgument("RunCommand: no command");
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + std::strerror(errno));
+  const std::string path = SystemTool(argv[0]);
+  if (path.empty())
+    return NotFound("`" + argv[0] + "` is not installed (looked in /usr/sbin, /usr/bin, /sbin, /bin)");
   // Built before fork: the child of a multi-threaded process may only make
-  // async-signal-safe calls.
+  // async-signal-safe calls. Messages in C: callers match on them.
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<std::string> env_store;
+  for (char** e = environ; e && *e; ++e)
+    if (std::strncmp(*e, "LC_ALL=", 7) != 0 && std::strncmp(*e, "LANG=", 5) != 0) env_store.emplace_back(*e);
+  env_store.emplace_back("LC_ALL=C");
+  std::vector<char*> envp;
+  for (auto& e : env_store) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + std::strerror(errno));
   const pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);
@@ -35,7 +58,7 @@ StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv) {
     dup2(fds[1], 2);
     const int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
-    execvp(args[0], args.data());
+    execve(path.c_str(), args.data(), envp.data());
     _exit(127);
   }
   close(fds[1]);
@@ -52,12 +75,12 @@ StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv) {
   }
   close(fds[0]);
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  pid_t got;
+  while ((got = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
   }
+  if (got != pid) return Internal("waiting for `" + CommandLine(argv) + "`: " + std::strerror(errno));
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   while (!r.output.empty() && (r.output.back() == '\n' || r.output.back() == ' ')) r.output.pop_back();
-  if (r.exit_code == 127 && r.output.empty())
-    return NotFound("`" + argv[0] + "` could not be run (not installed, or not on PATH)");
   return r;
 }
 

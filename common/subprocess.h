@@ -15,12 +15,17 @@ struct CommandResult {
   std::string output;   // stdout and stderr together, trailing newline trimmed
 };
 
-// argv[0] is looked up on PATH. Errors only when it cannot be started.
+// argv[0] is looked up in the system's directories (/usr/sbin, /usr/bin,
+// /sbin, /bin), never on PATH: these run as root. It runs with LC_ALL=C, so
+// callers can match its messages. Errors only when it cannot be started.
 StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv);
 
 // RunCommand, and an error (naming the command and quoting its output)
 // unless it exited 0.
 Status RunChecked(const std::vector<std::string>& argv);
+
+// The absolute path of a system tool (see RunCommand); "" if there is none.
+std::string SystemTool(const std::string& name);
 
 // "ip netns add fd-1": argv joined for messages.
 std::string CommandLine(const std::vector<std::string>& argv);

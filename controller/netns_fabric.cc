@@ -2,12 +2,15 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -26,10 +29,14 @@ std::string RandomTag() {
   return buf;
 }
 
-// Only names this code makes are ever deleted, whatever a ledger says.
+// Only names this code makes are ever deleted, whatever a ledger says:
+// fd-<tag>-<n> and fd-probe-<pid> namespaces; fdb<tag> bridges,
+// fdv<tag><n> veths (and the probe's fdv<tag>p).
 bool Ours(const std::string& kind, const std::string& name) {
-  if (kind == "netns") return name.rfind("fd-", 0) == 0 && name.size() <= 64;
-  if (kind == "link") return (name.rfind("fdb", 0) == 0 || name.rfind("fdv", 0) == 0) && name.size() <= 15;
+  static const std::regex netns("fd-([0-9a-f]{6}-[0-9]{1,3}|probe-[0-9]{1,10})");
+  static const std::regex link("fd(b[0-9a-f]{6}|v[0-9a-f]{6}([0-9]{1,3}|p))");
+  if (kind == "netns") return std::regex_match(name, netns);
+  if (kind == "link") return std::regex_match(name, link);
   return false;
 }
 
@@ -73,6 +80,7 @@ Status NetnsFabric::Available() {
 }
 
 Status NetnsFabric::Record(const std::string& kind, const std::string& name) {
+  std::lock_guard<std::mutex> lock(ledger_mu_);
   std::ofstream out(ledger_, std::ios::app);
   out << kind << " " << name << "\n";
   out.flush();
@@ -81,33 +89,60 @@ Status NetnsFabric::Record(const std::string& kind, const std::string& name) {
 }
 
 Status NetnsFabric::Forget(const std::string& kind, const std::string& name) {
+  std::lock_guard<std::mutex> lock(ledger_mu_);
   std::ifstream in(ledger_);
   std::vector<std::string> keep;
   std::string line;
   while (std::getline(in, line))
     if (line != kind + " " + name) keep.push_back(line);
   in.close();
-  std::ofstream out(ledger_, std::ios::trunc);
-  for (const auto& l : keep) out << l << "\n";
-  if (!out) return Internal("rewriting the network ledger " + ledger_ + " failed");
+  const std::string tmp = ledger_ + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (const auto& l : keep) out << l << "\n";
+    out.flush();
+    if (!out) return Internal("rewriting the network ledger " + ledger_ + " failed");
+  }
+  if (std::rename(tmp.c_str(), ledger_.c_str()) != 0)
+    return Internal("replacing the network ledger " + ledger_ + ": " + std::strerror(errno));
   return Status::Ok();
+}
+
+Status NetnsFabric::Make(const std::string& kind, const std::string& name, const std::vector<std::string>& argv) {
+  FD_RETURN_IF_ERROR(Record(kind, name));
+  Status st = RunChecked(argv);
+  if (!st.ok()) (void)Forget(kind, name);
+  return st;
 }
 
 StatusOr<std::unique_ptr<NetnsFabric>> NetnsFabric::Create(const std::string& ledger) {
   std::unique_ptr<NetnsFabric> f(new NetnsFabric());
   f->ledger_ = ledger;
   f->tag_ = RandomTag();
-  f->bridge_ = "fdb" + f->tag_;
+  const std::string bridge = "fdb" + f->tag_;
+  // Fabrics made at the same time must not pick the same /24.
+  const int lock_fd = open("/run/firedrill-fabric.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd >= 0) flock(lock_fd, LOCK_EX);
+  struct Unlock {
+    int fd;
+    ~Unlock() {
+      if (fd >= 0) close(fd);  // releases the flock
+    }
+  } unlock{lock_fd};
   const std::set<int> used = UsedSubnets();
   int k = 0;
   while (k < 512 && used.count(k)) ++k;
   if (k == 512) return ResourceExhausted("every /24 of 198.18.0.0/15 is in use on this machine");
   f->prefix_ = (k < 256 ? "198.18." + std::to_string(k) : "198.19." + std::to_string(k - 256)) + ".";
   f->gateway_ = f->prefix_ + "1";
-  FD_RETURN_IF_ERROR(f->Record("link", f->bridge_));
-  FD_RETURN_IF_ERROR(RunChecked({"ip", "link", "add", f->bridge_, "type", "bridge"}));
-  FD_RETURN_IF_ERROR(RunChecked({"ip", "addr", "add", f->gateway_ + "/24", "dev", f->bridge_}));
-  FD_RETURN_IF_ERROR(RunChecked({"ip", "link", "set", f->bridge_, "up"}));
+  FD_RETURN_IF_ERROR(f->Make("link", bridge, {"ip", "link", "add", bridge, "type", "bridge"}));
+  f->bridge_ = bridge;  // ours from here on: the destructor removes it
+  // Bridged frames skip iptables where br_netfilter is loaded (a FORWARD
+  // DROP policy, as Docker sets, would drop them); best effort.
+  (void)RunCommand({"ip", "link", "set", bridge, "type", "bridge", "nf_call_iptables", "0", "nf_call_ip6tables", "0",
+                    "nf_call_arptables", "0"});
+  FD_RETURN_IF_ERROR(RunChecked({"ip", "addr", "add", f->gateway_ + "/24", "dev", bridge}));
+  FD_RETURN_IF_ERROR(RunChecked({"ip", "link", "set", bridge, "up"}));
   return f;
 }
 
@@ -117,9 +152,14 @@ NetnsFabric::~NetnsFabric() {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [name, h] : hosts_) names.push_back(name);
   }
-  for (const auto& n : names) (void)RemoveHost(n);
-  if (!bridge_.empty()) (void)Remove("link", bridge_);
-  std::remove(ledger_.c_str());
+  bool clean = true;
+  for (const auto& n : names) clean = RemoveHost(n).ok() && clean;
+  if (!bridge_.empty()) {
+    if (Remove("link", bridge_).ok()) (void)Forget("link", bridge_);
+    else clean = false;
+  }
+  // What could not be removed stays listed for the next CleanLeftovers.
+  if (clean) std::remove(ledger_.c_str());
 }
 
 StatusOr<NetnsHost> NetnsFabric::AddHost(const std::string& host_name) {
@@ -135,11 +175,13 @@ StatusOr<NetnsHost> NetnsFabric::AddHost(const std::string& host_name) {
   h.host_veth = "fdv" + tag_ + std::to_string(idx);
   const std::string peer = "fdp" + tag_ + std::to_string(idx);
   const std::string ns = h.netns;
-  FD_RETURN_IF_ERROR(Record("netns", ns));
-  FD_RETURN_IF_ERROR(Record("link", h.host_veth));
+  FD_RETURN_IF_ERROR(Make("netns", ns, {"ip", "netns", "add", ns}));
+  if (Status st = Make("link", h.host_veth, {"ip", "link", "add", h.host_veth, "type", "veth", "peer", "name", peer});
+      !st.ok()) {
+    if (Remove("netns", ns).ok()) (void)Forget("netns", ns);
+    return Status(st.code(), "host " + host_name + ": " + st.message());
+  }
   const std::vector<std::vector<std::string>> steps = {
-      {"ip", "netns", "add", ns},
-      {"ip", "link", "add", h.host_veth, "type", "veth", "peer", "name", peer},
       {"ip", "link", "set", peer, "netns", ns},
       {"ip", "-n", ns, "link", "set", peer, "name", h.ifname},
       {"ip", "-n", ns, "addr", "add", h.address + "/24", "dev", h.ifname},
@@ -150,10 +192,8 @@ StatusOr<NetnsHost> NetnsFabric::AddHost(const std::string& host_name) {
   };
   for (const auto& cmd : steps) {
     if (Status st = RunChecked(cmd); !st.ok()) {
-      (void)Remove("netns", ns);
-      (void)Remove("link", h.host_veth);
-      (void)Forget("netns", ns);
-      (void)Forget("link", h.host_veth);
+      if (Remove("netns", ns).ok()) (void)Forget("netns", ns);
+      if (Remove("link", h.host_veth).ok()) (void)Forget("link", h.host_veth);
       return Status(st.code(), "host " + host_name + ": " + st.message());
     }
   }
@@ -171,10 +211,10 @@ Status NetnsFabric::RemoveHost(const std::string& host_name) {
     hosts_.erase(it);
   }
   Status st = Remove("netns", h.netns);  // takes eth0 and, with it, its veth peer
-  if (Status l = Remove("link", h.host_veth); st.ok()) st = l;
-  (void)Forget("netns", h.netns);
-  (void)Forget("link", h.host_veth);
-  return st;
+  if (st.ok()) (void)Forget("netns", h.netns);
+  Status l = Remove("link", h.host_veth);
+  if (l.ok()) (void)Forget("link", h.host_veth);
+  return st.ok() ? l : st;
 }
 
 StatusOr<NetnsHost> NetnsFabric::Host(const std::string& host_name) const {

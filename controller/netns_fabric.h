@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -64,11 +65,17 @@ class NetnsFabric {
 
  private:
   NetnsFabric() = default;
+  // The ledger: a line per object, written before the object is made and
+  // dropped once it is gone (rewritten whole, then renamed into place).
   Status Record(const std::string& kind, const std::string& name);
   Status Forget(const std::string& kind, const std::string& name);
+  // Records `name`, runs `argv` to make it; if that fails nothing was made,
+  // so the line is dropped and nothing is removed (it may be someone else's).
+  Status Make(const std::string& kind, const std::string& name, const std::vector<std::string>& argv);
 
   std::string ledger_, tag_, bridge_, gateway_, prefix_;  // prefix_: "198.18.7."
-  mutable std::mutex mu_;
+  mutable std::mutex mu_;         // hosts_, next_index_
+  mutable std::mutex ledger_mu_;  // the ledger file
   std::map<std::string, NetnsHost> hosts_;
   int next_index_ = 0;
 };

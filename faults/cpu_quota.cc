@@ -26,11 +26,17 @@ Status WriteFile(const std::string& path, const std::string& value) {
   return Status::Ok();
 }
 
-// The cpu controller's mount point and whether it is cgroup v2, from
-// /proc/self/mountinfo; empty when there is none.
-std::pair<std::string, bool> CpuMount() {
+struct Mount {
+  std::string dir;   // where the hierarchy is mounted ("" if none)
+  std::string root;  // which of its cgroups is mounted there ("/" normally)
+  bool v2 = false;
+};
+
+// The cpu controller's mount, from /proc/self/mountinfo.
+Mount CpuMount() {
   std::ifstream in("/proc/self/mountinfo");
-  std::string line, v2_mount;
+  std::string line;
+  Mount v2;
   while (std::getline(in, line)) {
     std::istringstream f(line);
     std::string id, parent, dev, root, mount, opts, field;
@@ -43,15 +49,23 @@ std::pair<std::string, bool> CpuMount() {
       std::istringstream o(super);
       std::string opt;
       while (std::getline(o, opt, ','))
-        if (opt == "cpu") return {mount, false};
-    } else if (type == "cgroup2" && v2_mount.empty()) {
+        if (opt == "cpu") return Mount{mount, root, false};
+    } else if (type == "cgroup2" && v2.dir.empty()) {
       std::ifstream ctl(mount + "/cgroup.controllers");
       std::string c;
       while (ctl >> c)
-        if (c == "cpu") v2_mount = mount;
+        if (c == "cpu") v2 = Mount{mount, root, true};
     }
   }
-  return {v2_mount, !v2_mount.empty()};
+  return v2;
+}
+
+bool HasWord(const std::string& path, const std::string& word) {
+  std::ifstream in(path);
+  std::string w;
+  while (in >> w)
+    if (w == word) return true;
+  return false;
 }
 
 // This process's cgroup under the cpu controller (relative to its mount).
@@ -77,33 +91,48 @@ std::string OwnCgroup(bool v2) {
 StatusOr<std::unique_ptr<CpuQuota>> CpuQuota::Create(const std::string& name) {
   if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
     return InvalidArgument("cgroup name '" + name + "' is not a plain name");
-  const auto [mount, v2] = CpuMount();
-  if (mount.empty()) return Unavailable("no cgroup cpu controller is mounted");
+  const Mount m = CpuMount();
+  if (m.dir.empty()) return Unavailable("no cgroup cpu controller is mounted");
   std::unique_ptr<CpuQuota> q(new CpuQuota());
-  q->v2_ = v2;
-  const std::string parent = mount + "/firedrill";
+  q->v2_ = m.v2;
+  const std::string parent = m.dir + "/firedrill";
   if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST)
     return Unavailable("cannot create " + parent + ": " + std::strerror(errno));
-  if (v2) {  // let the cpu controller reach our cgroups
-    (void)WriteFile(mount + "/cgroup.subtree_control", "+cpu");
-    (void)WriteFile(parent + "/cgroup.subtree_control", "+cpu");
+  auto fail = [&](Status st) {
+    rmdir(parent.c_str());  // when it is ours and empty
+    return st;
+  };
+  // v2: the cpu controller must be enabled down to our cgroups; enabled only
+  // where it is not (the mount's own setting is the machine's).
+  if (m.v2) {
+    for (const std::string& dir : {m.dir, parent}) {
+      if (HasWord(dir + "/cgroup.subtree_control", "cpu")) continue;
+      if (Status st = WriteFile(dir + "/cgroup.subtree_control", "+cpu"); !st.ok())
+        return fail(Unavailable("the cpu controller cannot be enabled for " + dir + ": " + st.message()));
+    }
   }
   q->path_ = parent + "/" + name;
   if (mkdir(q->path_.c_str(), 0755) != 0 && errno != EEXIST)
-    return Unavailable("cannot create " + q->path_ + ": " + std::strerror(errno));
-  q->previous_ = mount + OwnCgroup(v2);
+    return fail(Unavailable("cannot create " + q->path_ + ": " + std::strerror(errno)));
+  // /proc/self/cgroup names the cgroup from the hierarchy's root; the mount
+  // may show only part of it (a container's).
+  std::string own = OwnCgroup(m.v2);
+  if (m.root != "/" && own.rfind(m.root, 0) == 0) own = own.substr(m.root.size());
+  q->previous_ = m.dir + (own.empty() ? "/" : own);
   if (Status st = q->Unlimit(); !st.ok()) {
     rmdir(q->path_.c_str());
-    return st;
+    q->path_.clear();
+    return fail(st);
   }
   return q;
 }
 
 CpuQuota::~CpuQuota() {
+  if (path_.empty()) return;
+  (void)Unlimit();  // first: if moving back fails, the process is at least not throttled
   if (joined_ >= 0) (void)WriteFile(previous_ + "/cgroup.procs", std::to_string(joined_));
   // Empty now unless a joined process forked children into it; rmdir then
   // fails and CleanLeftovers takes it later.
-  if (path_.empty()) return;
   rmdir(path_.c_str());
   rmdir(fs::path(path_).parent_path().c_str());  // firedrill/, when it was the last
 }
@@ -146,13 +175,14 @@ StatusOr<CpuStat> CpuQuota::Stat() const {
 }
 
 int CpuQuota::CleanLeftovers() {
-  const auto [mount, v2] = CpuMount();
-  if (mount.empty()) return 0;
+  const Mount m = CpuMount();
+  if (m.dir.empty()) return 0;
   std::error_code ec;
   int n = 0;
-  for (const auto& e : fs::directory_iterator(mount + "/firedrill", ec))
+  // rmdir(2) removes only cgroups with no process left in them.
+  for (const auto& e : fs::directory_iterator(m.dir + "/firedrill", ec))
     if (e.is_directory() && rmdir(e.path().c_str()) == 0) ++n;
-  rmdir((mount + "/firedrill").c_str());
+  rmdir((m.dir + "/firedrill").c_str());
   return n;
 }
 

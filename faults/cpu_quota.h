@@ -4,8 +4,8 @@
 // process joins with all its threads. The kernel then throttles it: it
 // really runs slower, its gradient buckets really launch late, and the
 // cgroup's cpu.stat counts the throttled periods as a throttled device's
-// counters would. The compute seam of the agent stands on it where cgroups
-// can be written (agent/compute_seam.h); where not, on sleeps.
+// counters would. Meant to stand behind the agent's compute seam where
+// cgroups can be written (sleeps where not).
 #pragma once
 
 #include <sys/types.h>
@@ -42,7 +42,8 @@ class CpuQuota {
   bool v2() const { return v2_; }
 
   // Removes empty <mount>/firedrill/* cgroups that a killed process left;
-  // returns how many.
+  // returns how many. (One made but not joined yet is empty too: call it
+  // before any is made, at start.)
   static int CleanLeftovers();
 
  private:

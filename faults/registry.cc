@@ -32,7 +32,7 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
        [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
          return std::make_unique<CommMisconfig>(id, f.comm_misconfig().socket_ifname());
        },
-       nullptr},
+       nullptr, /*at_start=*/true},
       {"slow_link", Scope::kHost, ValidateSlowLink,
        [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
          return std::make_unique<SlowLink>(id, f.slow_link().latency_us(), f.slow_link().bandwidth_gbps());

@@ -32,6 +32,9 @@ struct FaultKind {
   // deployed configuration, which holds for the whole run. Null for kinds
   // that only act at run time.
   std::function<void(const v1::ResolvedFault&, v1::JobSpec*)> apply_to_job;
+  // Acts only where a run starts (what the process group is built from):
+  // its trigger must be step 0, with no end and no flapping.
+  bool at_start = false;
 };
 
 // Applies every fault's apply_to_job to `job` (unknown kinds are skipped:

@@ -1,7 +1,6 @@
 #include "faults/seams.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <vector>
 
 namespace firedrill::faults {
@@ -47,69 +46,31 @@ bool LinkModel::degraded() const {
   return !by_fault_.empty();
 }
 
-namespace {
-std::optional<std::string> ProcessValue(const std::string& name) {
-  const char* v = std::getenv(name.c_str());
-  return v ? std::optional<std::string>(v) : std::nullopt;
-}
-void Export(const std::string& name, const std::optional<std::string>& value) {
-  if (value) ::setenv(name.c_str(), value->c_str(), 1);
-  else ::unsetenv(name.c_str());
-}
-}  // namespace
-
-ProcessEnvironment::~ProcessEnvironment() {
-  std::vector<FaultId> ids;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [id, c] : by_fault_) ids.push_back(id);
-  }
-  for (FaultId id : ids) Restore(id);
-}
-
-Status ProcessEnvironment::Set(FaultId id, const std::string& name, const std::string& value) {
+Status FaultEnvironment::Set(FaultId id, const std::string& name, const std::string& value) {
   if (name.empty() || name.find('=') != std::string::npos)
     return InvalidArgument("environment variable name '" + name + "' is not valid");
   std::lock_guard<std::mutex> lock(mu_);
-  std::optional<std::string> before = ProcessValue(name);
-  for (auto it = by_fault_.begin(); it != by_fault_.end(); ++it) {
-    if (it->second.name != name) continue;
-    if (it->first == id) {  // the same change again
-      it->second.value = value;
-      if (export_) Export(name, value);
+  auto range = by_fault_.equal_range(id);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (it->second.first == name) {  // the same change again
+      it->second.second = value;
       return Status::Ok();
     }
-    before = it->second.before;  // another fault changed it first
   }
-  by_fault_.emplace(id, Change{name, value, before});
-  if (export_) Export(name, value);
+  by_fault_.emplace(id, std::make_pair(name, value));
   return Status::Ok();
 }
 
-void ProcessEnvironment::Restore(FaultId id) {
+void FaultEnvironment::Restore(FaultId id) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto range = by_fault_.equal_range(id);
-  std::vector<Change> removed;
-  for (auto it = range.first; it != range.second; ++it) removed.push_back(it->second);
-  by_fault_.erase(range.first, range.second);
-  if (!export_) return;
-  for (const auto& c : removed) {
-    std::optional<std::string> now = c.before;
-    for (const auto& [other, o] : by_fault_)
-      if (o.name == c.name) now = o.value;  // another fault still holds it
-    Export(c.name, now);
-  }
+  by_fault_.erase(id);
 }
 
-std::optional<std::string> ProcessEnvironment::Get(const std::string& name) const {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::optional<std::string> v;
-    for (const auto& [id, c] : by_fault_)
-      if (c.name == name) v = c.value;
-    if (v) return v;
-  }
-  return ProcessValue(name);
+std::optional<std::string> FaultEnvironment::Get(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, kv] : by_fault_)
+    if (kv.first == name) return kv.second;
+  return std::nullopt;
 }
 
 }  // namespace firedrill::faults

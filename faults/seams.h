@@ -126,28 +126,22 @@ class LinkModel : public LinkSeam {
   std::map<FaultId, Shape> by_fault_;
 };
 
-// Variables set by faults, read before the real environment. With
-// `export_to_process` the process's own environment is changed too (and
-// restored on recovery): the agent, one rank per process, does that; tests
-// that run several ranks as threads of one process do not.
-class ProcessEnvironment : public EnvironmentSeam {
+// The variables faults set in the environment the communication library is
+// configured from (the trainer reads them where PyTorch's ProcessGroupGloo
+// binding reads GLOO_SOCKET_IFNAME). Kept beside the process's own
+// environment, not written into it: setenv(3) while other threads may call
+// getenv(3) is undefined behaviour, and ranks that are threads of one
+// process (tests) must not see each other's.
+class FaultEnvironment : public EnvironmentSeam {
  public:
-  explicit ProcessEnvironment(bool export_to_process) : export_(export_to_process) {}
-  ~ProcessEnvironment() override;
   Status Set(FaultId id, const std::string& name, const std::string& value) override;
   void Restore(FaultId id) override;
-  // The value a fault set, else the process's; nullopt if neither.
+  // The value of the first fault (lowest id) that set `name`; nullopt if none.
   std::optional<std::string> Get(const std::string& name) const;
 
  private:
-  struct Change {
-    std::string name;
-    std::string value;
-    std::optional<std::string> before;  // the process's value before it
-  };
-  bool export_;
   mutable std::mutex mu_;
-  std::multimap<FaultId, Change> by_fault_;
+  std::multimap<FaultId, std::pair<std::string, std::string>> by_fault_;  // name, value
 };
 
 }  // namespace firedrill::faults

@@ -178,6 +178,10 @@ Check CheckFault(const v1::Scenario& s, int i) {
     return Fail(p + ".trigger", "kind '" + f.kind() +
                                     "' acts through the deployed configuration, which holds for the whole run: "
                                     "until_step and flapping do not apply to it");
+  if (kind->at_start && (timed || tr.step().has_draw() || tr.step().value() != 0))
+    return Fail(p + ".trigger", "kind '" + f.kind() +
+                                    "' acts when the job's process group is built (its environment is read then): "
+                                    "trigger.step must be 0, with no until_step and no flapping");
   if (tr.has_until_step()) {
     FD_CHECK(CheckIntOrDraw(p + ".trigger.until_step", tr.until_step(), 1, s.job().steps()));
     const int64_t first_end = tr.until_step().has_draw() ? tr.until_step().draw().lo() : tr.until_step().value();

@@ -23,8 +23,9 @@ PACKAGES=(
   libssl-dev
   # tests
   libgtest-dev libgmock-dev
-  # reference DDP run for the benchmarks; pgrep/ps for orphan checks
-  python3-torch procps
+  # reference DDP run for the benchmarks; pgrep/ps for orphan checks;
+  # ip and tc for hosts as network namespaces and shaped links
+  python3-torch procps iproute2
 )
 
 usage() {

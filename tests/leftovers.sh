@@ -3,6 +3,14 @@
 # the tests made on this machine may outlive them. firedrill's objects are
 # named fd-* (network namespaces), fdb*/fdv*/fdp* (bridges, veths) and
 # firedrill/ (cpu cgroups).
+# Without iproute2 nothing can be checked: say so (ctest counts it skipped).
+for tool in ip tc; do
+  if ! command -v "$tool" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$tool" ] && [ ! -x "/sbin/$tool" ]; then
+    echo "skipped: '$tool' (iproute2) is not installed, so leftovers cannot be checked"
+    exit 77
+  fi
+done
+PATH="$PATH:/usr/sbin:/sbin"
 left=""
 ns=$(ip netns list 2>/dev/null | awk '{print $1}' | grep '^fd-')
 [ -n "$ns" ] && left="$left namespaces: $ns;"

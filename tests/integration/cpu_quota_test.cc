@@ -71,11 +71,29 @@ TEST(CpuQuota, AThrottledProcessGetsItsQuotaAndTheCgroupCountsIt) {
 }
 
 TEST(CpuQuota, LeftoversOfAKilledProcessAreRemoved) {
-  auto q = CpuQuota::Create("leak-" + std::to_string(getpid()));
-  if (!q.ok()) GTEST_SKIP() << "cgroups cannot be written here: " << q.status().message();
-  const std::string path = (*q)->path();
-  (void)q->release();  // what a SIGKILL leaves: the cgroup, empty
-  ASSERT_TRUE(std::filesystem::exists(path));
+  if (auto q = CpuQuota::Create("probe-" + std::to_string(getpid())); !q.ok())
+    GTEST_SKIP() << "cgroups cannot be written here: " << q.status().message();
+  // A child makes a cgroup and joins it, then dies without cleaning up.
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto q = CpuQuota::Create("leak-" + std::to_string(getpid()));
+    const bool ok = q.ok() && (*q)->Join().ok();
+    const std::string path = ok ? (*q)->path() : "";
+    (void)!write(ready[1], path.c_str(), path.size());
+    _exit(ok ? 0 : 1);  // no destructors: what a SIGKILL leaves
+  }
+  close(ready[1]);
+  char buf[512] = {};
+  (void)!read(ready[0], buf, sizeof buf - 1);
+  close(ready[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string path = buf;
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
   EXPECT_GE(CpuQuota::CleanLeftovers(), 1);
   EXPECT_FALSE(std::filesystem::exists(path));
 }

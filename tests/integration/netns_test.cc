@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,6 +83,12 @@ std::future<void> Echo(const NetnsHost& host, std::promise<int>& port) {
       socklen_t len = sizeof a;
       getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
       port.set_value(ntohs(a.sin_port));
+      // Bounded: a fabric that drops frames must fail the test, not hang it.
+      pollfd pfd{s, POLLIN, 0};
+      if (poll(&pfd, 1, 10000) != 1) {
+        close(s);
+        return;
+      }
       const int c = accept(s, nullptr, nullptr);
       char buf[16];
       const ssize_t n = read(c, buf, sizeof buf);
@@ -98,6 +105,9 @@ std::string Call(const std::string& from_netns, const std::string& addr, int por
   std::string got;
   const Status st = NetnsFabric::RunIn(from_netns, [&] {
     const int s = socket(AF_INET, SOCK_STREAM, 0);
+    const timeval five{5, 0};  // bounds connect and read
+    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &five, sizeof five);
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &five, sizeof five);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));

@@ -120,7 +120,7 @@ TEST(ConfigFaults, CommMisconfigOverridesTheInterfaceOnItsHostOnly) {
        std::vector<std::tuple<int, std::string, std::string>>{{2, "node-2", "ib0"}, {1, "node-1", ""}}) {
     auto runner = FaultRunner::Create(FaultsFor({f}, rank, host));
     ASSERT_TRUE(runner.ok());
-    ProcessEnvironment env(false);
+    FaultEnvironment env;
     Seams seams;
     seams.environment = &env;
     ASSERT_TRUE((*runner)->At(0, seams).ok());

@@ -164,6 +164,12 @@ TEST(ScenarioLoader, FaultWindowsAndFlapping) {
   ASSERT_EQ(sc->faults(0).kind(), "tiny_buckets");
   sc->mutable_faults(0)->mutable_trigger()->mutable_until_step()->set_value(50);
   EXPECT_NE(ValidateScenario(*sc, "x").message().find("acts through the deployed configuration"), npos);
+  // The environment is read when the process group is built: from step 0.
+  auto env = LoadScenarioFile(FIREDRILL_SOURCE_DIR "/scenarios/new-node-image.yaml");
+  ASSERT_TRUE(env.ok()) << env.status().message();
+  ASSERT_EQ(env->faults(0).kind(), "comm_misconfig");
+  env->mutable_faults(0)->mutable_trigger()->mutable_step()->set_value(5);
+  EXPECT_NE(ValidateScenario(*env, "x").message().find("trigger.step must be 0"), npos);
 }
 
 TEST(ScenarioLoader, UnknownFaultKindListsKnownKinds) {
