@@ -118,8 +118,8 @@ Status Sweep(comm::ProcessGroup& g, const collectives::Collective& c, const v1::
 Status PointToPoint(comm::ProcessGroup& g, const v1::ProbeSpec& spec, int64_t step, v1::ProbeReport* out,
                     const std::atomic<bool>* stop) {
   const int n = g.world_size(), r = g.rank();
-  const int64_t count = std::max<int64_t>(1, spec.max_bytes() / 4);
   const collectives::Collective& c = *collectives::Find("p2p");
+  const int64_t count = c.buffers(spec.max_bytes(), n).count;
   at::Tensor buf = Filled(c, r, n, count, count);
   at::Tensor ack = at::zeros({1}, at::kFloat);
   int tag = 0;

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "common/clock.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/suggest.h"
@@ -37,12 +38,6 @@ std::string RandomHex(int bytes) {
     out += buf;
   }
   return out;
-}
-
-std::string Fmt(double v, int prec = 0) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", prec, v);
-  return buf;
 }
 
 int RunLength(const v1::Scenario& sc) { return sc.verify().warmup_steps() + sc.verify().window_steps(); }
@@ -318,7 +313,7 @@ void SessionManager::Finish(Session& s, Lock& lock, SessionState state) {
   // The report carries the state it is final in; the row follows it, so a
   // crash in between leaves a scored session that is still marked live
   // (aborted on restart), never a final state without its score.
-  s.rec.mutable_info()->set_state(Name(state));
+  RecordState(s, state);
   if (state != SessionState::kScored) s.rec.mutable_info()->set_end_reason(s.end_reason);
   const v1::ScoreReport score = ComputeScore(s);
   s.rec.mutable_info()->set_total_score(score.total());
@@ -372,8 +367,8 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   FillSummary(base, &summary);
   *s.rec.mutable_baseline() = summary;
   AddEvent(s, "baseline", -1,
-           "healthy baseline: " + Fmt(base.throughput_samples_per_s) + " samples/s, median step " +
-               Fmt(base.median_step_ms, 1) + " ms, rank busy-time skew " + Fmt(base.rank_step_skew, 2) + " over " +
+           "healthy baseline: " + Num(base.throughput_samples_per_s) + " samples/s, median step " +
+               Num(base.median_step_ms, 1) + " ms, rank busy-time skew " + Num(base.rank_step_skew, 2) + " over " +
                std::to_string(base.steps) + " steps");
 
   // The drill: the real job, faults armed, until the learner fixes it, ends
@@ -448,9 +443,13 @@ StatusOr<v1::SessionInfo> SessionManager::End(const std::string& id) {
 
 // -------------------------------------------------------------- helpers
 
-void SessionManager::SetState(Session& s, SessionState state) {
+void SessionManager::RecordState(Session& s, SessionState state) {
   s.state = state;
   s.rec.mutable_info()->set_state(Name(state));
+}
+
+void SessionManager::SetState(Session& s, SessionState state) {
+  RecordState(s, state);
   Save(s);
   s.cv.notify_all();
 }

@@ -172,6 +172,9 @@ class SessionManager : public AgentListener {
   void RetireAgent(Session& s, Lock& lock, int rank);
   void Teardown(Session& s, Lock& lock);
   void MarkRankLost(Session& s, int rank, const std::string& why);
+  // The state and its name in the record, together (no save, no wake-up).
+  void RecordState(Session& s, SessionState state);
+  // RecordState, then saves and wakes whoever waits on the session.
   void SetState(Session& s, SessionState state);
   void AddEvent(Session& s, const std::string& kind, int rank, const std::string& message);
   void Save(Session& s);

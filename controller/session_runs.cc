@@ -5,20 +5,13 @@
 #include <algorithm>
 
 #include "common/clock.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "controller/run_metrics.h"
 #include "controller/session_manager.h"
 #include "faults/targeting.h"
 
 namespace firedrill::controller {
-
-namespace {
-std::string Fmt(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.0f", v);
-  return buf;
-}
-}  // namespace
 
 Status SessionManager::LaunchRank(Session& s, Lock& lock, int rank, const std::string& host) {
   const std::string agent_id =
@@ -185,7 +178,7 @@ Status SessionManager::RunJob(Session& s, Lock& lock, RunKind kind, int64_t step
     s.cv.wait_for(lock, std::chrono::milliseconds(500));
     if (std::chrono::steady_clock::now() - s.run->last_progress > hang_after) {
       AddEvent(s, "run_hung", -1,
-               std::string(Name(kind)) + " run made no progress for " + Fmt(hang_after.count()) + " s; stopping its agents");
+               std::string(Name(kind)) + " run made no progress for " + Num(hang_after.count()) + " s; stopping its agents");
       for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
         if (s.ranks[rank].state == RankState::kRunning) RetireAgent(s, lock, rank);
       }

@@ -29,9 +29,7 @@ struct CollectiveInfo {
   int64_t seq = 0;      // per-rank collective sequence number
   int64_t bytes = 0;    // the tensor's size
   // What this rank moves over its link for the collective, as a ring
-  // algorithm would: 2(n-1)/n x bytes for an all-reduce, (n-1)/n x the whole
-  // buffer for all-gather and reduce-scatter, bytes for broadcast and
-  // point-to-point.
+  // algorithm would (collectives/: each collective's link_bytes).
   int64_t link_bytes = 0;
 };
 

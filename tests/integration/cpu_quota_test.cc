@@ -53,6 +53,7 @@ TEST(CpuQuota, AThrottledProcessGetsItsQuotaAndTheCgroupCountsIt) {
   const double free_cpu = SpinChild(400, [](pid_t) {});
   ASSERT_TRUE((*q)->Limit(0.1).ok());
   const double limited = SpinChild(400, [&](pid_t pid) { ASSERT_TRUE((*q)->Join(pid).ok()); });
+  RecordProperty("limited_over_free", std::to_string(limited / free_cpu));
   EXPECT_LT(limited, 0.6 * free_cpu) << "0.1 core against an unlimited loop: " << limited << " s vs " << free_cpu
                                      << " s of CPU";
   auto st = (*q)->Stat();

@@ -108,6 +108,7 @@ TEST(FaultSignature, AFlappingStragglerIsSlowOnlyInItsOnSteps) {
   }
   ASSERT_GE(on.size(), 10u);
   ASSERT_GE(off.size(), 10u);
+  RecordProperty("on_over_off", std::to_string(Median(on) / Median(off)));
   EXPECT_GT(Median(on), 2.0 * Median(off)) << "rank 1's compute is slow while the fault is on, and only then";
 }
 
