@@ -10,14 +10,17 @@ Status ValidateTinyBuckets(const v1::FaultSpec& spec) {
     return InvalidArgument("params.bucket_mb must be in (0, 1] (a tiny bucket), got " + std::to_string(p.bucket_mb()));
   }
   if (!(p.first_bucket_mb() >= 0 && p.first_bucket_mb() <= 1))
-    return InvalidArgument("params.first_bucket_mb must be in [0, 1] (0 = bucket_mb)");
+    return InvalidArgument("params.first_bucket_mb must be in [0, 1] (0 = leave the job's first bucket, as PyTorch does)");
   return Status::Ok();
 }
 
 void ApplyTinyBuckets(const v1::ResolvedFault& fault, v1::JobSpec* job) {
   const auto& p = fault.tiny_buckets();
   job->mutable_comm()->set_bucket_mb(p.bucket_mb());
-  job->mutable_comm()->set_first_bucket_mb(p.first_bucket_mb() > 0 ? p.first_bucket_mb() : p.bucket_mb());
+  // DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB) does not follow
+  // bucket_cap_mb: a tiny cap leaves it alone unless the fault says otherwise,
+  // so restoring the cap restores the job.
+  if (p.first_bucket_mb() > 0) job->mutable_comm()->set_first_bucket_mb(p.first_bucket_mb());
   job->mutable_comm()->set_flat_allreduce(false);
 }
 

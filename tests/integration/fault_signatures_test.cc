@@ -152,6 +152,7 @@ TEST(FaultSignature, TinyBucketsTurnOneAllReduceIntoManyLatencyBoundOnes) {
   for (auto& c : gloo) c.shared_memory = false;
   v1::ResolvedFault f = Fault("tiny_buckets");
   f.mutable_tiny_buckets()->set_bucket_mb(0.005);
+  f.mutable_tiny_buckets()->set_first_bucket_mb(0.005);  // this model fits in DDP's default 1 MB first bucket
   const auto healthy = RunJob(job, gloo);
   const auto tiny = RunFaulty(job, f, gloo);
   ExpectAllOk(healthy);
