@@ -143,6 +143,7 @@ void Reducer::Impl::LaunchReady() {
 
 void Reducer::Impl::Launch(size_t b) {
   if (!error.ok()) return;  // a failed collective: later ones would only pile up
+  if (sync && opts.before_launch) opts.before_launch();  // in backward, not from Finish()
   if (b + 1 == buffers.size())
     buffers[b].data_ptr<float>()[buffers[b].numel() - 1] = EncodeVotes(stop, probe, opts.world_size);
   // Average as DDP does, before the sum: each rank contributes g / world.

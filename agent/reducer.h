@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -48,6 +49,9 @@ struct ReducerOptions {
   bool flat = false;
   int world_size = 1;
   int rank = 0;  // for messages
+  // On the thread running backward, just before a bucket's all-reduce starts
+  // from its hook (a slowed device's sleep fallback stretches here).
+  std::function<void()> before_launch;
 };
 
 struct BucketTiming {

@@ -30,6 +30,8 @@
 #include "common/rng.h"
 #include "faults/runner.h"
 #include "faults/seams.h"
+#include "faults/shaped_link.h"
+#include "faults/throttled_compute.h"
 #include "agent/error_text.h"
 
 namespace firedrill::agent {
@@ -100,15 +102,18 @@ struct Trainer::Impl {
   double target_lr = 0;      // after the scaling rule, before warmup
   // The seams this rank's faults act on (faults/seams.h) and the runner
   // that applies them on schedule.
-  faults::ComputeSlowdown compute;
+  std::unique_ptr<faults::ThrottledCompute> compute;  // a CPU quota, or sleeps
   faults::StorageLatency storage;
-  faults::LinkModel link;
+  std::unique_ptr<faults::LinkModel> link;  // tc on the host's own interface, or waits
   faults::FaultEnvironment environment;
   faults::Seams seams;
   std::unique_ptr<faults::FaultRunner> faults;
-  // Sleeps out a slowed compute phase that began at `t0`: (factor - 1) x
-  // its measured time, inside the phase's own timing.
-  void Stretch(std::chrono::steady_clock::time_point t0) const;
+  // The sleep fallback of a slowed compute phase: (factor - 1) x the compute
+  // since `mark`, inside the phase's own timing; the mark moves past it.
+  // Backward also stretches just before each bucket launches, so buckets
+  // leave as late as on a slow device.
+  void StretchSince(std::chrono::steady_clock::time_point& mark) const;
+  std::chrono::steady_clock::time_point stretch_mark;  // training thread only
   std::unique_ptr<TrainModel> model;
   Precision precision;
   std::unique_ptr<LossScaler> scaler;
@@ -140,11 +145,13 @@ struct Trainer::Impl {
   std::string who() const { return "rank " + std::to_string(rank); }
 };
 
-void Trainer::Impl::Stretch(std::chrono::steady_clock::time_point t0) const {
-  const double f = compute.factor();
-  if (f <= 1.0) return;
-  const auto elapsed = std::chrono::steady_clock::now() - t0;
-  std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed * (f - 1.0)));
+void Trainer::Impl::StretchSince(std::chrono::steady_clock::time_point& mark) const {
+  const double f = compute->sleep_factor();
+  if (f > 1.0) {
+    const auto elapsed = std::chrono::steady_clock::now() - mark;
+    std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed * (f - 1.0)));
+  }
+  mark = std::chrono::steady_clock::now();
 }
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -176,7 +183,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
   auto runner = faults::FaultRunner::Create(opts.faults);
   if (!runner.ok()) return WithPrefix(who, runner.status());
   impl->faults = std::move(runner).value();
-  impl->seams = faults::Seams{&impl->compute, &impl->storage, &impl->link, &impl->environment};
+  impl->compute = std::make_unique<faults::ThrottledCompute>(opts.cpu_cgroup);
+  if (opts.link_ifname.empty()) {
+    impl->link = std::make_unique<faults::LinkModel>();
+  } else {
+    impl->link = std::make_unique<faults::ShapedLink>(opts.link_ifname);
+  }
+  impl->seams = faults::Seams{impl->compute.get(), &impl->storage, impl->link.get(), &impl->environment};
   // Measured before any budget applies (the probe's own GEMMs must never be
   // what runs out of simulated memory).
   if (opts.telemetry) impl->peak_flops = PeakMatmulFlops(impl->threads);
@@ -204,6 +217,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
   ro.flat = job.comm().flat_allreduce();
   ro.world_size = impl->world;
   ro.rank = impl->rank;
+  ro.before_launch = [raw = impl.get()] { raw->StretchSince(raw->stretch_mark); };
   try {
     auto reducer = Reducer::Create(impl->params, ro);
     if (!reducer.ok()) return reducer.status();
@@ -305,7 +319,7 @@ Status Trainer::Run(const std::atomic<bool>& stop,
     const double timeout_s =
         m.opts.job.comm().timeout_s() > 0 ? m.opts.job.comm().timeout_s() : kDefaultCommTimeoutS;
     go.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::llround(timeout_s * 1000)));
-    go.link = &m.link;
+    go.link = m.link.get();
     go.allow_shared_memory = m.opts.shared_memory_allreduce;
     if (!m.opts.recorder) m.opts.recorder = std::make_shared<comm::FlightRecorder>();
     go.recorder = m.opts.recorder;
@@ -443,6 +457,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         // forward/backward.
         phase = "forward";
         t0 = Clock::now();
+        stretch_mark = t0;
         auto computed = model->Loss(*batch);
         if (!computed.ok())
           return WithPrefix(who + " step " + std::to_string(step) + ": forward: ", computed.status());
@@ -454,20 +469,21 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         // GradScaler.scale(): the scaled loss goes backward, so fp16
         // gradients sit in a range half can hold.
         if (scaling) loss = loss * scaler->scale();
-        Stretch(t0);
+        StretchSince(stretch_mark);
         t1 = Clock::now();
         forward_ms += MsSince(t0, t1);
         span("forward", t0, t1, micro);
 
         phase = "backward";
         t0 = Clock::now();
+        stretch_mark = t0;
         // Only the last micro-batch synchronises (DDP's no_sync() on the
         // others): its hooks start the bucket all-reduces during backward.
         const bool sync = micro == accum - 1;
         reducer->Prepare(&pg, step, sync, sync && stop.load(std::memory_order_relaxed),
                          sync && opts.probes && opts.probes->pending());
         loss.backward();
-        Stretch(t0);
+        StretchSince(stretch_mark);
         t1 = Clock::now();
         backward_ms += MsSince(t0, t1);
         span("backward", t0, t1, micro);
@@ -548,6 +564,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
 
       const auto t_end = Clock::now();
       steps_done.store(step + 1);
+      compute->OnStep(forward_ms + backward_ms);  // the quota's governor
 
       if (telemetry) {
         phase = "step report";

@@ -48,6 +48,13 @@ struct TrainerOptions {
   // can map it (same host, same IPC namespace); Gloo otherwise. Off keeps
   // them on Gloo (benchmarks compare the two).
   bool shared_memory_allreduce = true;
+  // A slowed rank's CPU quota (faults/throttled_compute.h): the cgroup's
+  // name, ending in -<pid>; only for a rank that is a process of its own.
+  // Empty: slowdowns are slept out.
+  std::string cpu_cgroup;
+  // The host's own interface (eth0 in its network namespace): a slow link
+  // is a tc rate limit on it. Empty: the slow link waits instead.
+  std::string link_ifname;
   // Off: no StepReport is built and on_step is never called (the baseline
   // of the telemetry-overhead benchmark); training is otherwise identical.
   bool telemetry = true;

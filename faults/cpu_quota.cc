@@ -1,5 +1,6 @@
 #include "faults/cpu_quota.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 namespace firedrill::faults {
@@ -112,8 +114,14 @@ StatusOr<std::unique_ptr<CpuQuota>> CpuQuota::Create(const std::string& name) {
     }
   }
   q->path_ = parent + "/" + name;
-  if (mkdir(q->path_.c_str(), 0755) != 0 && errno != EEXIST)
-    return fail(Unavailable("cannot create " + q->path_ + ": " + std::strerror(errno)));
+  // Another process's quota, going away, may take the parent with it.
+  int rc = -1;
+  for (int attempt = 0; attempt < 3 && rc != 0; ++attempt) {
+    rc = mkdir(q->path_.c_str(), 0755);
+    if (rc != 0 && errno == EEXIST) rc = 0;
+    if (rc != 0 && errno == ENOENT) (void)mkdir(parent.c_str(), 0755);
+  }
+  if (rc != 0) return fail(Unavailable("cannot create " + q->path_ + ": " + std::strerror(errno)));
   // /proc/self/cgroup names the cgroup from the hierarchy's root; the mount
   // may show only part of it (a container's).
   std::string own = OwnCgroup(m.v2);
@@ -146,17 +154,26 @@ Status CpuQuota::Join(pid_t pid) {
 
 Status CpuQuota::Limit(double cores) {
   if (!(cores > 0)) return InvalidArgument("a CPU limit must be > 0 cores");
-  // The kernel's floor is 1 ms of quota per period.
-  const int64_t quota = std::max<int64_t>(1000, static_cast<int64_t>(std::llround(cores * period_us_)));
-  if (v2_) return WriteFile(path_ + "/cpu.max", std::to_string(quota) + " " + std::to_string(period_us_));
-  FD_RETURN_IF_ERROR(WriteFile(path_ + "/cpu.cfs_period_us", std::to_string(period_us_)));
+  // The shortest period that holds the fraction (the kernel's floor is 1 ms
+  // of quota and of period, its ceiling a 1 s period): a short period
+  // spreads the throttling over a step's compute, which may last only a few
+  // milliseconds, instead of stalling it once for most of a long period.
+  const int64_t period = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(1000.0 / cores)), 1000, 1000000);
+  const int64_t quota = std::max<int64_t>(1000, static_cast<int64_t>(std::llround(cores * period)));
+  if (v2_) return WriteFile(path_ + "/cpu.max", std::to_string(quota) + " " + std::to_string(period));
+  if (period != v1_period_us_) {
+    FD_RETURN_IF_ERROR(WriteFile(path_ + "/cpu.cfs_period_us", std::to_string(period)));
+    v1_period_us_ = period;
+  }
   return WriteFile(path_ + "/cpu.cfs_quota_us", std::to_string(quota));
 }
 
 Status CpuQuota::Unlimit() {
   if (v2_) return WriteFile(path_ + "/cpu.max", "max " + std::to_string(period_us_));
   FD_RETURN_IF_ERROR(WriteFile(path_ + "/cpu.cfs_quota_us", "-1"));
-  return WriteFile(path_ + "/cpu.cfs_period_us", std::to_string(period_us_));
+  FD_RETURN_IF_ERROR(WriteFile(path_ + "/cpu.cfs_period_us", std::to_string(period_us_)));
+  v1_period_us_ = period_us_;
+  return Status::Ok();
 }
 
 StatusOr<CpuStat> CpuQuota::Stat() const {
@@ -179,9 +196,17 @@ int CpuQuota::CleanLeftovers() {
   if (m.dir.empty()) return 0;
   std::error_code ec;
   int n = 0;
-  // rmdir(2) removes only cgroups with no process left in them.
-  for (const auto& e : fs::directory_iterator(m.dir + "/firedrill", ec))
-    if (e.is_directory() && rmdir(e.path().c_str()) == 0) ++n;
+  // rmdir(2) removes only cgroups with no process left in them; one named
+  // for a live process (<name>-<pid>) may be about to be joined: left alone.
+  static const std::regex owned(".*-([0-9]{1,10})");
+  for (const auto& e : fs::directory_iterator(m.dir + "/firedrill", ec)) {
+    if (!e.is_directory()) continue;
+    std::smatch pid;
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, pid, owned) && (kill(static_cast<pid_t>(std::stoll(pid[1].str())), 0) == 0 || errno == EPERM))
+      continue;
+    if (rmdir(e.path().c_str()) == 0) ++n;
+  }
   rmdir((m.dir + "/firedrill").c_str());
   return n;
 }

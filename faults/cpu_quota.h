@@ -42,8 +42,8 @@ class CpuQuota {
   bool v2() const { return v2_; }
 
   // Removes empty <mount>/firedrill/* cgroups that a killed process left;
-  // returns how many. (One made but not joined yet is empty too: call it
-  // before any is made, at start.)
+  // returns how many. One named <anything>-<pid> for a live pid is kept (it
+  // may be made and not joined yet): name cgroups so.
   static int CleanLeftovers();
 
  private:
@@ -52,7 +52,8 @@ class CpuQuota {
   std::string previous_;  // where the joined process was (its cgroup.procs)
   pid_t joined_ = -1;
   bool v2_ = false;
-  int64_t period_us_ = 10000;  // short periods: throttling spread evenly over a step
+  int64_t period_us_ = 10000;    // while unlimited
+  int64_t v1_period_us_ = -1;    // what cpu.cfs_period_us holds (v1), -1: unknown
 };
 
 }  // namespace firedrill::faults

@@ -38,8 +38,21 @@ Nanos LinkModel::DelayFor(int64_t link_bytes) const {
   std::lock_guard<std::mutex> lock(mu_);
   double ns = 0;
   // GB/s is bytes per nanosecond.
-  for (const auto& [id, s] : by_fault_) ns += s.latency_us * 1e3 + static_cast<double>(link_bytes) / s.bandwidth_gbps;
+  for (const auto& [id, s] : by_fault_) {
+    ns += s.latency_us * 1e3;
+    if (!bandwidth_shaped_) ns += static_cast<double>(link_bytes) / s.bandwidth_gbps;
+  }
   return Nanos(static_cast<int64_t>(std::llround(ns)));
+}
+double LinkModel::SeriesBandwidthGbps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  double seconds_per_gb = 0;  // stretches in series: their times per byte add up
+  for (const auto& [id, s] : by_fault_) seconds_per_gb += 1.0 / s.bandwidth_gbps;
+  return seconds_per_gb > 0 ? 1.0 / seconds_per_gb : 0;
+}
+void LinkModel::SetBandwidthShaped(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bandwidth_shaped_ = on;
 }
 bool LinkModel::degraded() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -117,6 +117,13 @@ class LinkModel : public LinkSeam {
   Nanos DelayFor(int64_t link_bytes) const;
   bool degraded() const;
 
+ protected:
+  // The bandwidth the degradations add up to in series (GB/s; 0: none).
+  double SeriesBandwidthGbps() const;
+  // While set, DelayFor waits out the latencies only: the kernel queues the
+  // bytes (ShapedLink).
+  void SetBandwidthShaped(bool on);
+
  private:
   struct Shape {
     double latency_us;
@@ -124,6 +131,7 @@ class LinkModel : public LinkSeam {
   };
   mutable std::mutex mu_;
   std::map<FaultId, Shape> by_fault_;
+  bool bandwidth_shaped_ = false;
 };
 
 // The variables faults set in the environment the communication library is

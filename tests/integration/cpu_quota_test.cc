@@ -4,16 +4,20 @@
 // the cgroup counts the throttled periods, and nothing is left behind.
 // Skipped, with the reason, where cgroups cannot be written.
 #include "faults/cpu_quota.h"
+#include "faults/throttled_compute.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace firedrill::faults {
 namespace {
@@ -69,6 +73,70 @@ TEST(CpuQuota, AThrottledProcessGetsItsQuotaAndTheCgroupCountsIt) {
   }
   q->reset();
   EXPECT_FALSE(std::filesystem::exists(path)) << "the cgroup is removed with its owner";
+}
+
+// A straggler on the quota (faults/throttled_compute.h): a child runs
+// "steps" of a fixed amount of CPU work, healthy, then slowed 3x; the
+// governor steers its quota until a step takes about three times the
+// healthy one. Without the quota the steps would stay as they were (the
+// margin fails then: the child is a process of its own, nothing sleeps).
+TEST(ThrottledCompute, TheQuotaMakesAStepTakeTheSlowdownTimesItsHealthyTime) {
+  if (auto q = CpuQuota::Create("probe-" + std::to_string(getpid())); !q.ok())
+    GTEST_SKIP() << "cgroups cannot be written here: " << q.status().message();
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(out[0]);
+    char buf[256];
+    int n = 0;
+    {
+      ThrottledCompute c("gov-" + std::to_string(getpid()));
+      // The same CPU work every step, tens of milliseconds as a training
+      // step's compute is (a quota acts per 10 ms period).
+      auto work = [] {
+        const auto t0 = std::chrono::steady_clock::now();
+        volatile uint64_t x = 0;
+        for (int i = 0; i < 100000000; ++i) x = x + i;
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      };
+      std::vector<double> healthy, slowed;
+      for (int step = 0; step < 26; ++step) {
+        if (step == 5) c.Slow(0, 3.0);
+        const double ms = work();
+        c.OnStep(ms);
+        if (step >= 1 && step < 5) healthy.push_back(ms);
+        if (step >= 16) slowed.push_back(ms);
+      }
+      std::sort(healthy.begin(), healthy.end());
+      std::sort(slowed.begin(), slowed.end());
+      const CpuStat st = c.Stat();
+      n = std::snprintf(buf, sizeof buf, "%f %f %lld %f %d", healthy[healthy.size() / 2], slowed[slowed.size() / 2],
+                        static_cast<long long>(st.throttled), c.limit_cores(), c.fallback().empty() ? 1 : 0);
+    }  // the quota goes with it
+    (void)!write(out[1], buf, static_cast<size_t>(n));
+    _exit(0);
+  }
+  close(out[1]);
+  char buf[256] = {};
+  (void)!read(out[0], buf, sizeof buf - 1);
+  close(out[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  double healthy = 0, slowed = 0, cores = 0;
+  long long throttled = 0;
+  int quota_ok = 0;
+  ASSERT_EQ(std::sscanf(buf, "%lf %lf %lld %lf %d", &healthy, &slowed, &throttled, &cores, &quota_ok), 5) << buf;
+  ASSERT_EQ(quota_ok, 1) << "the quota fell back to sleeping";
+  RecordProperty("slowed_over_healthy", std::to_string(slowed / healthy));
+  RecordProperty("limit_cores", std::to_string(cores));
+  EXPECT_GT(slowed, 2.0 * healthy) << "asked for 3x: " << healthy << " ms healthy, " << slowed << " ms slowed";
+  EXPECT_LT(slowed, 4.5 * healthy) << "asked for 3x: " << healthy << " ms healthy, " << slowed << " ms slowed";
+  EXPECT_GT(throttled, 0) << "the kernel throttled it";
+  EXPECT_GT(cores, 0.0);
+  EXPECT_LT(cores, 0.7) << "a third of what it used, or less";
 }
 
 TEST(CpuQuota, LeftoversOfAKilledProcessAreRemoved) {

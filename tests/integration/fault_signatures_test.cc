@@ -112,6 +112,48 @@ TEST(FaultSignature, AFlappingStragglerIsSlowOnlyInItsOnSteps) {
   EXPECT_GT(Median(on), 2.0 * Median(off)) << "rank 1's compute is slow while the fault is on, and only then";
 }
 
+// Ranks as threads share one process, so the straggler here is the sleep
+// fallback (a rank of its own runs under a CPU quota: cpu_quota_test.cc):
+// backward is stretched before each bucket launches, so the last bucket
+// leaves as late as behind a slow device's backward, not at healthy speed
+// with a sleep after it.
+TEST(FaultSignature, AStragglersLastBucketLeavesAsLateAsItsSlowedBackward) {
+  v1::JobSpec job = SmallJob(2);
+  job.set_steps(18);
+  // Milliseconds of backward (timing noise on shared cores is a fraction of
+  // one), and a bucket per parameter: each leaves from its hook inside it.
+  job.mutable_model()->set_hidden(256);
+  job.mutable_data()->set_batch_size(512);
+  job.mutable_comm()->set_bucket_mb(0.001);
+  job.mutable_comm()->set_first_bucket_mb(0.001);
+  v1::ResolvedFault f = Fault("straggler", 1);
+  f.set_trigger_step(6);
+  f.mutable_straggler()->set_slowdown(4.0);
+  const auto run = RunFaulty(job, f);
+  ExpectAllOk(run);
+  // Where the last bucket's all-reduce starts, from the start of backward.
+  auto last_launch = [](const v1::StepReport& s) {
+    double backward = -1, launch = -1;
+    for (const auto& sp : s.spans()) {
+      if (sp.name() == "backward") backward = sp.start_ms();
+      if (sp.name() == "allreduce") launch = std::max(launch, sp.start_ms());
+    }
+    return backward >= 0 && launch >= 0 ? launch - backward : -1.0;
+  };
+  std::vector<double> healthy, slowed;
+  for (const auto& s : run[1].reports) {
+    const double t = last_launch(s);
+    if (t < 0) continue;
+    if (s.step() >= 2 && s.step() < 6) healthy.push_back(t);
+    if (s.step() >= 9) slowed.push_back(t);
+  }
+  ASSERT_GE(healthy.size(), 3u);
+  ASSERT_GE(slowed.size(), 6u);
+  RecordProperty("last_launch_slowed_over_healthy", std::to_string(Median(slowed) / Median(healthy)));
+  EXPECT_GT(Median(slowed), 2.0 * Median(healthy))
+      << "slowed 4x: the last bucket left " << Median(slowed) << " ms into backward, against " << Median(healthy);
+}
+
 TEST(FaultSignature, PaddingWasteMeansMostTokensArePadding) {
   v1::JobSpec job = SmallJob(2);
   auto* m = job.mutable_model();

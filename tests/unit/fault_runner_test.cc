@@ -8,9 +8,12 @@
 #include <cstdlib>
 #include <vector>
 
+#include "common/subprocess.h"
 #include "faults/registry.h"
+#include "faults/shaped_link.h"
 #include "faults/straggler.h"
 #include "faults/targeting.h"
+#include "faults/throttled_compute.h"
 
 namespace firedrill::faults {
 namespace {
@@ -121,6 +124,40 @@ TEST(FaultRunner, SeveralFaultsShareASeamAndRecoverSeparately) {
   EXPECT_EQ(link.DelayFor(1000000), Nanos(1100000));
   link.Degrade(1, 0, 2.0);
   EXPECT_EQ(link.DelayFor(1000000), Nanos(1600000));
+}
+
+TEST(ShapedLink, WithoutItsInterfaceTheBandwidthFallsBackToWaiting) {
+  // No such interface here (and, in unit tests, maybe no root): tc refuses,
+  // so the bytes are waited out as LinkModel does, and the reason is kept.
+  ShapedLink link("fd-nosuch0");
+  link.Degrade(0, 100, 1.0);
+  EXPECT_FALSE(link.fallback().empty());
+  EXPECT_EQ(link.DelayFor(1000000), Nanos(1100000));
+  link.Restore(0);
+  EXPECT_EQ(link.DelayFor(1000000), Nanos(0));
+}
+
+TEST(ShapedLink, TheTbfCommandCapsTheRateWithABucketOfAtLeastTwoSegments) {
+  const auto cmd = ShapedLink::TbfCommand("eth0", 0.05);  // 50 MB/s
+  const std::string line = CommandLine(cmd);
+  EXPECT_NE(line.find("tc qdisc replace dev eth0 root tbf rate 400000000bit"), std::string::npos) << line;
+  EXPECT_NE(line.find("burst 200000"), std::string::npos) << line << ": 4 ms at the rate";
+  EXPECT_NE(CommandLine(ShapedLink::TbfCommand("eth0", 0.001)).find("burst 131072"), std::string::npos)
+      << "at least two 64 kB GSO segments";
+}
+
+TEST(ThrottledCompute, WithoutAProcessOfItsOwnTheSlowdownIsSleptOut) {
+  ThrottledCompute c("");  // ranks as threads of one process: no quota
+  EXPECT_DOUBLE_EQ(c.sleep_factor(), 1.0);
+  c.Slow(0, 3.0);
+  c.Slow(1, 2.0);
+  EXPECT_DOUBLE_EQ(c.sleep_factor(), 6.0) << "factors multiply";
+  EXPECT_FALSE(c.fallback().empty());
+  for (int i = 0; i < 5; ++i) c.OnStep(10.0);  // no quota to steer
+  EXPECT_DOUBLE_EQ(c.limit_cores(), 0.0);
+  c.Restore(0);
+  c.Restore(1);
+  EXPECT_DOUBLE_EQ(c.sleep_factor(), 1.0);
 }
 
 TEST(FaultRunner, EveryRunTimeKindActsOnItsSeam) {
