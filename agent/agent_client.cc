@@ -245,6 +245,8 @@ void AgentClient::JobMain(v1::RunJob job) {
   o.store_bind_host = opts_.bind_host;
   o.store_advertise_host = opts_.advertise_host;
   o.comm_host = opts_.advertise_host;  // Gloo binds here and peers dial it
+  o.link_ifname = opts_.link_ifname;
+  o.cpu_cgroup = "rank" + std::to_string(rank) + "-" + std::to_string(getpid());
   const std::string& transport = job.job().comm().transport();
   if (transport != "" && transport != "auto" && transport != "gloo") {
     SendEvent(run_id, rank, v1::JobEvent::FAILED,
@@ -252,7 +254,8 @@ void AgentClient::JobMain(v1::RunJob job) {
     job_running_ = false;
     return;
   }
-  o.shared_memory_allreduce = transport != "gloo";
+  // As NCCL's shared-memory and P2P transports: within one host only.
+  o.shared_memory_allreduce = transport != "gloo" && job.ranks_share_host();
   o.store_ready = [this, run_id, rank](const StoreAddress& a) {
     v1::AgentMessage m;
     auto* e = m.mutable_event();

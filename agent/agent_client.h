@@ -26,6 +26,7 @@ struct AgentOptions {
   std::string host;
   std::string advertise_host = "127.0.0.1";  // peers reach this rank's store here
   std::string bind_host = "127.0.0.1";
+  std::string link_ifname;  // this host's own interface (in its namespace); empty: none
   bool exit_on_disconnect = false;
   int connect_timeout_s = 30;
   std::string join_token;  // FIREDRILL_JOIN_TOKEN, or read from --join-token-file

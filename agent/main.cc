@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   app.add_option("--advertise-host", opts.advertise_host, "address peers use to reach this agent")
       ->capture_default_str();
   app.add_option("--bind-host", opts.bind_host, "address rank 0's own store client connects to")->capture_default_str();
+  app.add_option("--link-ifname", opts.link_ifname,
+                 "this host's own network interface (in its namespace): a slow link is a tc rate limit on it");
   app.add_option("--connect-timeout", opts.connect_timeout_s, "seconds to wait for the controller")
       ->capture_default_str();
   app.add_flag("--exit-on-disconnect", opts.exit_on_disconnect, "exit as soon as the controller stream ends");

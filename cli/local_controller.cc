@@ -14,6 +14,7 @@
 
 #include "cli/client.h"
 #include "common/paths.h"
+#include "controller/netns_fabric.h"
 
 namespace firedrill::cli {
 
@@ -142,6 +143,8 @@ StatusOr<int> StopController(const std::string& state_dir) {
   }
   kill(*pid, SIGKILL);  // its agents die with it (PR_SET_PDEATHSIG)
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // What it could not remove itself: its hosts' namespaces and links.
+  (void)controller::NetnsFabric::CleanLeftovers(state_dir + "/network.ledger", nullptr);
   return *pid;
 }
 

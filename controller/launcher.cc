@@ -1,6 +1,7 @@
 #include "controller/launcher.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -50,12 +51,32 @@ Launcher::~Launcher() {
 }
 
 StatusOr<pid_t> Launcher::Launch(const std::string& agent_id, const std::string& host,
-                                 const std::string& join_token) {
+                                 const std::string& join_token, const Placement& where) {
   std::string err;
   if (!MakePrivateDir(log_dir_, &err)) return Internal(err);
   const std::string log_path = log_dir_ + "/" + agent_id + ".log";
   std::vector<std::string> args = {agent_bin_, "--controller", controller_addr_, "--agent-id", agent_id,
                                    "--host",   host,       "--exit-on-disconnect"};
+  if (!where.netns_path.empty()) {
+    if (controller_addr_.rfind("unix:", 0) != 0)
+      return FailedPrecondition("an agent in namespace " + where.netns_path +
+                                " needs the controller's unix socket, not " + controller_addr_);
+    args.insert(args.end(),
+                {"--advertise-host", where.address, "--bind-host", where.address, "--link-ifname", where.ifname});
+  }
+  // Opened here, joined in the child: open() is not for after fork.
+  struct Fd {
+    int fd = -1;
+    ~Fd() {
+      if (fd >= 0) close(fd);
+    }
+  } netns;
+  if (!where.netns_path.empty()) {
+    netns.fd = open(where.netns_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (netns.fd < 0)
+      return Unavailable("host " + host + ": cannot open " + where.netns_path + ": " + std::strerror(errno));
+  }
+  static constexpr char kSetnsFailed[] = "firedrill-agent: could not join the host's network namespace (setns)\n";
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -91,6 +112,10 @@ StatusOr<pid_t> Launcher::Launch(const std::string& agent_id, const std::string&
       dup2(fd, 1);
       dup2(fd, 2);
     }
+    if (netns.fd >= 0 && setns(netns.fd, CLONE_NEWNET) != 0) {
+      (void)!write(2, kSetnsFailed, sizeof kSetnsFailed - 1);
+      _exit(126);
+    }
     const int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
     execve(agent_bin_.c_str(), argv.data(), envp.data());
@@ -98,7 +123,8 @@ StatusOr<pid_t> Launcher::Launch(const std::string& agent_id, const std::string&
   }
   setpgid(pid, pid);  // also from the parent, so the group exists before any kill
   children_[agent_id] = pid;
-  spdlog::info("launched agent {} (host {}, pid {}), log {}", agent_id, host, pid, log_path);
+  spdlog::info("launched agent {} (host {}{}, pid {}), log {}", agent_id, host,
+               where.netns_path.empty() ? "" : " at " + where.address + " in " + where.netns_path, pid, log_path);
   return pid;
 }
 

@@ -18,6 +18,14 @@
 
 namespace firedrill::controller {
 
+// Where an agent runs: this network namespace (the default), or a simulated
+// host's (NetnsFabric), whose address its peers dial.
+struct Placement {
+  std::string netns_path;  // /run/netns/<ns>; empty: the controller's namespace
+  std::string address;     // the host's address there (--advertise-host, --bind-host)
+  std::string ifname;      // its own interface there (--link-ifname)
+};
+
 class Launcher {
  public:
   using ExitFn = std::function<void(const std::string& agent_id, pid_t pid, const std::string& how)>;
@@ -26,8 +34,12 @@ class Launcher {
   ~Launcher();  // kills every agent it started and reaps them
 
   // The agent gets `join_token` in FIREDRILL_JOIN_TOKEN (the environment,
-  // not the command line, which every user can read in /proc).
-  StatusOr<pid_t> Launch(const std::string& agent_id, const std::string& host, const std::string& join_token);
+  // not the command line, which every user can read in /proc). With a
+  // namespace in `where`, the child joins it (setns) before exec: the agent
+  // still reaches the controller on its unix socket, which a path names
+  // whatever the network namespace.
+  StatusOr<pid_t> Launch(const std::string& agent_id, const std::string& host, const std::string& join_token,
+                         const Placement& where = {});
   // SIGKILL to the agent's process group; the exit is reported as usual.
   void Kill(const std::string& agent_id);
   void KillAll();

@@ -35,6 +35,11 @@ int main(int argc, char** argv) {
                  "host:port where remote agents register (needs --pool-token-file); local agents use a Unix "
                  "socket in the state dir");
   app.add_option("--pool-token-file", opts.pool_token_file, "file whose first line is the token remote agents present");
+  app.add_option("--hosts", opts.hosts,
+                 "simulated hosts: netns (a network namespace each, real TCP over veth links), loopback (one "
+                 "namespace), or auto (netns where this machine allows it)")
+      ->check(CLI::IsMember({"auto", "netns", "loopback"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   opts.local_launcher = launcher == "local";
   opts.scenario_dirs.push_back(scenario_dir);

@@ -165,14 +165,31 @@ NetnsFabric::~NetnsFabric() {
 StatusOr<NetnsHost> NetnsFabric::AddHost(const std::string& host_name) {
   std::lock_guard<std::mutex> lock(mu_);
   if (hosts_.count(host_name)) return AlreadyExists("host " + host_name + " already has a namespace");
-  if (next_index_ > 252) return ResourceExhausted("a fabric holds at most 253 hosts");
-  const int idx = next_index_++;
+  // Indices (and with them addresses) are reused round-robin, so a freed one
+  // comes back as late as possible; a host's MAC follows its index, so a
+  // peer's neighbour cache holding a reused address still points right.
+  std::set<int> taken = stuck_;
+  for (const auto& [n, other] : hosts_) taken.insert(other.index);
+  int idx = -1;
+  for (int k = 0; k < kMaxHosts; ++k) {
+    const int c = (next_index_ + k) % kMaxHosts;
+    if (!taken.count(c)) {
+      idx = c;
+      break;
+    }
+  }
+  if (idx < 0) return ResourceExhausted("a fabric holds at most " + std::to_string(kMaxHosts) + " hosts at once");
+  next_index_ = (idx + 1) % kMaxHosts;
   NetnsHost h;
+  h.index = idx;
   h.name = host_name;
   h.netns = "fd-" + tag_ + "-" + std::to_string(idx);
   h.address = prefix_ + std::to_string(idx + 2);
   h.ifname = "eth0";
   h.host_veth = "fdv" + tag_ + std::to_string(idx);
+  char mac[32];
+  std::snprintf(mac, sizeof mac, "02:fd:%s:%s:%s:%02x", tag_.substr(0, 2).c_str(), tag_.substr(2, 2).c_str(),
+                tag_.substr(4, 2).c_str(), idx);  // locally administered, unicast
   const std::string peer = "fdp" + tag_ + std::to_string(idx);
   const std::string ns = h.netns;
   FD_RETURN_IF_ERROR(Make("netns", ns, {"ip", "netns", "add", ns}));
@@ -184,6 +201,7 @@ StatusOr<NetnsHost> NetnsFabric::AddHost(const std::string& host_name) {
   const std::vector<std::vector<std::string>> steps = {
       {"ip", "link", "set", peer, "netns", ns},
       {"ip", "-n", ns, "link", "set", peer, "name", h.ifname},
+      {"ip", "-n", ns, "link", "set", h.ifname, "address", mac},
       {"ip", "-n", ns, "addr", "add", h.address + "/24", "dev", h.ifname},
       {"ip", "-n", ns, "link", "set", h.ifname, "up"},
       {"ip", "-n", ns, "link", "set", "lo", "up"},
@@ -214,6 +232,10 @@ Status NetnsFabric::RemoveHost(const std::string& host_name) {
   if (st.ok()) (void)Forget("netns", h.netns);
   Status l = Remove("link", h.host_veth);
   if (l.ok()) (void)Forget("link", h.host_veth);
+  if (!st.ok() || !l.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stuck_.insert(h.index);  // its names are still taken: never handed out again
+  }
   return st.ok() ? l : st;
 }
 

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct NetnsHost {
   std::string address;    // its eth0 address ("198.18.7.6")
   std::string ifname;     // "eth0", inside the namespace
   std::string host_veth;  // the bridge side, in the root namespace ("fdv1a2b3c4")
+  int index = 0;          // its place in the fabric: address .index+2, MAC 02:fd:<tag>:<index>
 };
 
 class NetnsFabric {
@@ -74,9 +76,11 @@ class NetnsFabric {
   Status Make(const std::string& kind, const std::string& name, const std::vector<std::string>& argv);
 
   std::string ledger_, tag_, bridge_, gateway_, prefix_;  // prefix_: "198.18.7."
-  mutable std::mutex mu_;         // hosts_, next_index_
+  mutable std::mutex mu_;         // hosts_, stuck_, next_index_
   mutable std::mutex ledger_mu_;  // the ledger file
+  static constexpr int kMaxHosts = 253;  // .2 to .254 of the fabric's /24
   std::map<std::string, NetnsHost> hosts_;
+  std::set<int> stuck_;  // indices whose objects could not be removed
   int next_index_ = 0;
 };
 

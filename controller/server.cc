@@ -11,10 +11,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "common/log.h"
 #include "common/paths.h"
 #include "controller/draws.h"
+#include "faults/cpu_quota.h"
 #include "scenario/loader.h"
 
 namespace firedrill::controller {
@@ -50,6 +52,52 @@ Status Server::LockStateDir() {
   }
   const std::string me = "pid " + std::to_string(::getpid()) + ", listening on " + opts_.listen;
   if (::ftruncate(lock_fd_, 0) == 0) (void)!::write(lock_fd_, (me + "\n").data(), me.size() + 1);
+  return Status::Ok();
+}
+
+// Hosts as network namespaces where the machine allows it; what a crashed
+// controller of this state dir left is removed first. The operator reads
+// here which way the hosts went (the learner sees no difference).
+Status Server::StartFabric() {
+  const std::string ledger = opts_.state_dir + "/network.ledger";
+  std::string report;
+  Status clean = NetnsFabric::CleanLeftovers(ledger, &report);
+  std::istringstream lines(report);
+  for (std::string line; std::getline(lines, line);) spdlog::info("left by an earlier controller: {}", line);
+  if (!clean.ok()) spdlog::warn("could not remove everything {} lists: {}", ledger, clean.message());
+  if (const int n = faults::CpuQuota::CleanLeftovers(); n > 0)
+    spdlog::info("removed {} CPU quota cgroup(s) of agents that were killed", n);
+  if (opts_.hosts != "auto" && opts_.hosts != "netns" && opts_.hosts != "loopback")
+    return InvalidArgument("--hosts must be auto, netns or loopback, got '" + opts_.hosts + "'");
+  if (opts_.hosts == "loopback") {
+    spdlog::info("hosts: every simulated host's agents share this network namespace (--hosts loopback)");
+    return Status::Ok();
+  }
+  if (!opts_.local_launcher) {
+    spdlog::info("hosts: remote agents run where they were started (--launcher remote)");
+    return Status::Ok();
+  }
+  Status why = agent_bound_.rfind("unix:", 0) == 0
+                   ? NetnsFabric::Available()
+                   : FailedPrecondition("agents in namespaces reach the controller on its unix socket, and the "
+                                        "state dir is too deep for one (" + opts_.state_dir + ")");
+  if (why.ok()) {
+    auto fabric = NetnsFabric::Create(ledger);
+    if (fabric.ok()) {
+      fabric_ = std::move(fabric).value();
+    } else {
+      why = fabric.status();
+    }
+  }
+  if (!why.ok()) {
+    if (opts_.hosts == "netns") return Unavailable("--hosts netns: " + why.message());
+    spdlog::warn("hosts: network namespaces are not available here ({}); falling back to one namespace: every "
+                 "simulated host's agents talk over loopback",
+                 why.message());
+    return Status::Ok();
+  }
+  spdlog::info("hosts: a network namespace each, on bridge {} (gateway {}); ledger {}", fabric_->bridge(),
+               fabric_->gateway(), ledger);
   return Status::Ok();
 }
 
@@ -108,6 +156,8 @@ Status Server::Start() {
     if (!opts_.agent_listen.empty()) spdlog::info("remote agents may register on {}", opts_.agent_listen);
   }
 
+  FD_RETURN_IF_ERROR(StartFabric());
+
   // The session manager is ready (sessions loaded, launcher dialling the
   // agents' listener) before any learner can call it.
   auto key = LoadOrCreateDrawKey(opts_.state_dir + "/draw.key");
@@ -117,6 +167,7 @@ Status Server::Start() {
   sm.agent_bin = opts_.agent_bin;
   sm.local_launcher = opts_.local_launcher;
   sm.draw_key = *key;
+  sm.fabric = fabric_.get();
   sessions_ = std::make_unique<SessionManager>(sm, store_.get(), pool_.get(), std::move(scenarios).value());
   sessions_->SetAgentDialAddress(agent_bound_);
   FD_RETURN_IF_ERROR(sessions_->Init());
@@ -145,7 +196,8 @@ Status Server::Start() {
 void Server::Shutdown() {
   if (stopped_) return;
   stopped_ = true;
-  if (sessions_) sessions_->Shutdown();
+  if (sessions_) sessions_->Shutdown();  // every agent is gone after this
+  fabric_.reset();                        // and so are their hosts
   if (pool_) pool_->CloseAll();
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
   if (server_) server_->Shutdown(deadline);

@@ -19,6 +19,7 @@
 #include "common/status.h"
 #include "controller/agent_pool.h"
 #include "controller/drill_service.h"
+#include "controller/netns_fabric.h"
 #include "controller/session_manager.h"
 #include "controller/store.h"
 
@@ -34,6 +35,10 @@ struct ServerOptions {
   bool local_launcher = true;
   std::string agent_listen;     // host:port for remote agents; empty: none
   std::string pool_token_file;  // the token remote agents must present
+  // Simulated hosts: "netns" (a network namespace each, real TCP between
+  // them; refuse to start without), "loopback" (all in this namespace), or
+  // "auto" (netns where the machine allows it). Local launcher only.
+  std::string hosts = "auto";
 };
 
 class Server {
@@ -54,7 +59,9 @@ class Server {
   std::string bound_, agent_bound_;
   int lock_fd_ = -1;
   std::unique_ptr<Store> store_;
+  Status StartFabric();
   std::unique_ptr<AgentPool> pool_;
+  std::unique_ptr<NetnsFabric> fabric_;  // outlives the sessions on it
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<DrillService> drill_;
   std::unique_ptr<grpc::Server> agent_server_;

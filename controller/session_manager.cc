@@ -401,6 +401,8 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
     RetireAgent(s, lock, rank);
     s.replaced_hosts.insert(old_host);
     s.rec.set_hosts(rank, new_host);
+    if (std::find(s.rec.hosts().begin(), s.rec.hosts().end(), old_host) == s.rec.hosts().end())
+      RemoveHost(s, old_host);  // no rank is left on it
     AddEvent(s, "host_replaced", rank, "rank " + std::to_string(rank) + " moved from " + old_host + " to " + new_host);
   }
   for (const auto& kv : fix.settings()) {

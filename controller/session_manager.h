@@ -39,6 +39,8 @@
 
 namespace firedrill::controller {
 
+class NetnsFabric;
+
 struct SessionManagerOptions {
   std::string state_dir;
   std::string agent_bin;        // local launcher only
@@ -55,6 +57,9 @@ struct SessionManagerOptions {
   size_t steps_kept = 4000;
   // Keys the session seed into the draws (controller/draws.h).
   std::string draw_key;
+  // Simulated hosts as network namespaces (local launcher only); null: every
+  // agent runs in the controller's namespace.
+  NetnsFabric* fabric = nullptr;
 };
 
 class SessionManager : public AgentListener {
@@ -131,6 +136,7 @@ class SessionManager : public AgentListener {
     std::string join_token;                // agents launched for this session present it
     std::set<std::string> retired;         // agents we stopped on purpose
     std::set<std::string> replaced_hosts;  // hosts the learner moved ranks off
+    std::set<std::string> netns_hosts;     // the fabric's hosts made for this session (HostKey)
     std::deque<v1::SessionEvent> events;
     // Flight-recorder dumps being collected, by request: concurrent `fr`
     // calls each get their own replies.
@@ -170,6 +176,11 @@ class SessionManager : public AgentListener {
   void UpdateRunState(Session& s);
   void StopRun(Session& s, Lock& lock);
   void RetireAgent(Session& s, Lock& lock, int rank);
+  // Where a rank of `host` runs: its namespace on the fabric (made on first
+  // use), or the controller's own without a fabric.
+  StatusOr<Placement> PlaceOnHost(Session& s, const std::string& host);
+  // Removes the session's namespace for `host` (its agents are gone).
+  void RemoveHost(Session& s, const std::string& host);
   void Teardown(Session& s, Lock& lock);
   void MarkRankLost(Session& s, int rank, const std::string& why);
   // The state and its name in the record, together (no save, no wake-up).

@@ -7,8 +7,10 @@
 #include "common/clock.h"
 #include "common/format.h"
 #include "common/log.h"
+#include "controller/netns_fabric.h"
 #include "controller/run_metrics.h"
 #include "controller/session_manager.h"
+#include "faults/cpu_quota.h"
 #include "faults/targeting.h"
 
 namespace firedrill::controller {
@@ -25,11 +27,35 @@ Status SessionManager::LaunchRank(Session& s, Lock& lock, int rank, const std::s
   r.agent_id = agent_id;
   r.host = host;
   r.state = RankState::kStarting;
+  auto where = PlaceOnHost(s, host);
+  if (!where.ok()) return where.status();
   pool_->Expect(agent_id, s.join_token);
-  auto pid = launcher_->Launch(agent_id, host, s.join_token);
+  auto pid = launcher_->Launch(agent_id, host, s.join_token, *where);
   if (!pid.ok()) return pid.status();
   r.pid = *pid;
   return Status::Ok();
+}
+
+namespace {
+// Fabric hosts are the machine's, sessions' host names are their own.
+std::string HostKey(const std::string& session_id, const std::string& host) { return session_id + "/" + host; }
+}  // namespace
+
+StatusOr<Placement> SessionManager::PlaceOnHost(Session& s, const std::string& host) {
+  if (!opts_.fabric) return Placement{};
+  const std::string key = HostKey(s.rec.info().session_id(), host);
+  auto h = opts_.fabric->Host(key);
+  if (!h.ok()) h = opts_.fabric->AddHost(key);
+  if (!h.ok()) return Unavailable("host " + host + ": making its network namespace: " + h.status().message());
+  s.netns_hosts.insert(key);
+  return Placement{NetnsFabric::NetnsPath(h->netns), h->address, h->ifname};
+}
+
+void SessionManager::RemoveHost(Session& s, const std::string& host) {
+  const std::string key = HostKey(s.rec.info().session_id(), host);
+  if (!opts_.fabric || !s.netns_hosts.erase(key)) return;
+  if (Status st = opts_.fabric->RemoveHost(key); !st.ok())
+    spdlog::warn("session {}: removing the namespace of host {}: {}", s.rec.info().session_id(), host, st.message());
 }
 
 bool SessionManager::AgentAlive(const Session& s, int rank) {
@@ -130,6 +156,8 @@ void SessionManager::StartRun(Session& s, RunKind kind, int64_t steps, bool with
     job->set_seed(s.rec.info().seed());
     job->set_max_steps(steps);
     job->set_dump_flight_recorder(ToolOffered(s, "flight_recorder").ok());
+    job->set_ranks_share_host(std::all_of(s.rec.hosts().begin(), s.rec.hosts().end(),
+                                          [&](const std::string& h) { return h == s.rec.hosts(0); }));
     if (with_faults) {
       for (auto f : faults::FaultsFor(all, rank, r.host)) {
         // A fault that belongs to a host is already there when a later run
@@ -256,6 +284,11 @@ void SessionManager::Teardown(Session& s, Lock& lock) {
     RetireAgent(s, lock, rank);  // lost ones too: their process may linger
     s.ranks[rank].state = RankState::kStopped;
   }
+  // The agents are gone, so are their hosts, and the CPU quotas of those
+  // that were killed in a slowed run.
+  (void)faults::CpuQuota::CleanLeftovers();
+  const std::string prefix = s.rec.info().session_id() + "/";
+  for (const std::string& key : std::set<std::string>(s.netns_hosts)) RemoveHost(s, key.substr(prefix.size()));
   Save(s);
 }
 

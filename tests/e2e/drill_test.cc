@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -177,10 +178,36 @@ TEST_F(DrillTest, ControllerCrashTakesItsAgentsAndTheSessionIsAbortedAfterRestar
   ASSERT_TRUE(st.ok());
   const std::vector<int> pids = AgentPids(*st);
   ASSERT_EQ(pids.size(), 4u);
+  // The hosts' namespaces, where the machine allows them: the crash leaves
+  // them, the next controller on this state removes them.
+  std::vector<std::string> namespaces;
+  {
+    std::ifstream ledger(dir_ + "/network.ledger");
+    std::string kind, name;
+    while (ledger >> kind >> name)
+      if (kind == "netns") namespaces.push_back(name);
+  }
+  if (!namespaces.empty()) {
+    // Each host's agent runs in its host's namespace, none in ours.
+    std::set<std::string> seen;
+    for (int pid : pids) {
+      std::error_code ec;
+      const auto ns = std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/ns/net", ec);
+      ASSERT_FALSE(ec) << "pid " << pid << ": " << ec.message();
+      seen.insert(ns.string());
+    }
+    EXPECT_EQ(seen.size(), 4u) << "four hosts, four network namespaces";
+    EXPECT_EQ(seen.count(std::filesystem::read_symlink("/proc/self/ns/net").string()), 0u);
+  }
   ctl_->Kill9();
   EXPECT_TRUE(AllDead(pids, 10)) << "agents outlived their controller";
+  for (const auto& ns : namespaces)
+    EXPECT_TRUE(std::filesystem::exists("/run/netns/" + ns)) << ns << ": a crash cannot clean up";
   ctl_ = std::make_unique<ControllerProcess>(dir_);
   ASSERT_TRUE(ctl_->ok());
+  for (const auto& ns : namespaces)
+    EXPECT_FALSE(std::filesystem::exists("/run/netns/" + ns)) << ns << " outlived the restart";
+  RecordProperty("host_namespaces", std::to_string(namespaces.size()));
   auto sessions = c().ListSessions();
   ASSERT_TRUE(sessions.ok());
   ASSERT_EQ(sessions->sessions_size(), 1);

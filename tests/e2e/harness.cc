@@ -12,6 +12,7 @@
 #include "analysis/straggler.h"
 #include "cli/commands.h"
 #include "cli/demo.h"
+#include "controller/netns_fabric.h"
 
 namespace firedrill::e2e {
 
@@ -79,6 +80,8 @@ int ControllerProcess::Terminate() {
   kill(pid_, SIGKILL);
   waitpid(pid_, &status, 0);
   pid_ = -1;
+  ADD_FAILURE() << "the controller did not stop within 15 s of SIGTERM; see " << state_dir_ << "/controller.log";
+  (void)controller::NetnsFabric::CleanLeftovers(state_dir_ + "/network.ledger", nullptr);
   return status;
 }
 

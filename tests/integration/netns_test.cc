@@ -14,6 +14,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -21,8 +24,10 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/subprocess.h"
+#include "faults/shaped_link.h"
 
 namespace firedrill::controller {
 namespace {
@@ -156,6 +161,144 @@ TEST_F(NetnsTest, HostsTalkRealTcpThroughTheBridgeAndNothingRoutesBeyondIt) {
   EXPECT_EQ(Output({"ip", "netns", "list"}).find(tag), std::string::npos);
   EXPECT_EQ(Output({"ip", "-o", "link", "show"}).find(tag), std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(ledger_));
+}
+
+// Receives on `host` until the sender closes; the rate it measured (bytes
+// per second from the first byte to the end), or -1.
+std::future<double> Sink(const NetnsHost& host, std::promise<int>& port) {
+  return std::async(std::launch::async, [&host, &port] {
+    double rate = -1;
+    const Status st = NetnsFabric::RunIn(host.netns, [&] {
+      const int s = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      inet_pton(AF_INET, host.address.c_str(), &a.sin_addr);
+      if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(s, 1) != 0) {
+        port.set_value(-1);
+        close(s);
+        return;
+      }
+      socklen_t len = sizeof a;
+      getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+      port.set_value(ntohs(a.sin_port));
+      pollfd pfd{s, POLLIN, 0};
+      if (poll(&pfd, 1, 10000) != 1) {
+        close(s);
+        return;
+      }
+      const int c = accept(s, nullptr, nullptr);
+      const timeval ten{10, 0};
+      setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &ten, sizeof ten);
+      std::vector<char> buf(1 << 16);
+      int64_t total = 0;
+      std::chrono::steady_clock::time_point first;
+      for (ssize_t n; (n = read(c, buf.data(), buf.size())) > 0;) {
+        if (total == 0) first = std::chrono::steady_clock::now();
+        total += n;
+      }
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - first).count();
+      if (total > 0 && secs > 0) rate = static_cast<double>(total) / secs;
+      close(c);
+      close(s);
+    });
+    EXPECT_TRUE(st.ok()) << st.message();
+    return rate;
+  });
+}
+
+// Sends `bytes` from `from` to `to` over TCP; the receiver's measured rate.
+double Transfer(const NetnsHost& from, const NetnsHost& to, int64_t bytes) {
+  std::promise<int> port;
+  auto rate = Sink(to, port);
+  const int p = port.get_future().get();
+  if (p <= 0) return -1;
+  const Status st = NetnsFabric::RunIn(from.netns, [&] {
+    const int s = socket(AF_INET, SOCK_STREAM, 0);
+    const timeval ten{10, 0};
+    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &ten, sizeof ten);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(p));
+    inet_pton(AF_INET, to.address.c_str(), &a.sin_addr);
+    if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      std::vector<char> buf(1 << 16, 'x');
+      for (int64_t left = bytes; left > 0;) {
+        const ssize_t n = write(s, buf.data(), static_cast<size_t>(std::min<int64_t>(left, buf.size())));
+        if (n <= 0) break;
+        left -= n;
+      }
+    }
+    close(s);
+  });
+  EXPECT_TRUE(st.ok()) << st.message();
+  return rate.get();
+}
+
+TEST_F(NetnsTest, AShapedLinkCapsWhatTheBadHostSendsAndReceivesAndNothingElse) {
+  auto fabric = NetnsFabric::Create(ledger_);
+  ASSERT_TRUE(fabric.ok()) << fabric.status().message();
+  auto a = (*fabric)->AddHost("node-0");
+  auto b = (*fabric)->AddHost("node-1");
+  auto c = (*fabric)->AddHost("node-2");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  const int64_t bytes = 6 << 20;
+  const double free_ab = Transfer(*a, *b, bytes);
+  ASSERT_GT(free_ab, 0);
+
+  // The bad host's link at 20 MB/s, set from inside its namespace as its
+  // agent does.
+  const double cap = 20e6;
+  std::unique_ptr<faults::ShapedLink> link;
+  ASSERT_TRUE(NetnsFabric::RunIn(a->netns, [&] {
+                link = std::make_unique<faults::ShapedLink>("eth0");
+                link->Degrade(0, 0, cap / 1e9);
+              }).ok());
+  ASSERT_TRUE(link->fallback().empty()) << "tc refused: " << link->fallback();
+  EXPECT_TRUE(link->ingress_fallback().empty()) << "ingress not shaped: " << link->ingress_fallback();
+  auto qdiscs = [&] { return Output({"ip", "netns", "exec", a->netns, "tc", "qdisc", "show"}); };
+  EXPECT_NE(qdiscs().find("tbf"), std::string::npos) << qdiscs();
+  EXPECT_EQ(link->DelayFor(1 << 20), faults::Nanos(0)) << "the kernel queues the bytes: nothing to wait out";
+  const double out = Transfer(*a, *b, bytes);
+  const double in = Transfer(*b, *a, bytes);
+  const double others = Transfer(*b, *c, bytes);
+  RecordProperty("free_MBps", std::to_string(free_ab / 1e6));
+  RecordProperty("bad_out_MBps", std::to_string(out / 1e6));
+  RecordProperty("bad_in_MBps", std::to_string(in / 1e6));
+  RecordProperty("others_MBps", std::to_string(others / 1e6));
+  for (double r : {out, in}) {
+    EXPECT_GT(r, 0.5 * cap) << "about the cap";
+    EXPECT_LT(r, 1.5 * cap) << "about the cap";
+  }
+  EXPECT_LT(out, 0.5 * others) << "a pair that avoids the bad host is not capped";
+
+  ASSERT_TRUE(NetnsFabric::RunIn(a->netns, [&] { link->Restore(0); }).ok());
+  EXPECT_EQ(qdiscs().find("tbf"), std::string::npos) << "Recover takes the qdiscs off: " << qdiscs();
+  EXPECT_EQ(Output({"ip", "-n", a->netns, "link", "show"}).find("ifb"), std::string::npos);
+  EXPECT_GT(Transfer(*a, *b, bytes), 2.0 * cap);
+  EXPECT_GT(Transfer(*b, *a, bytes), 2.0 * cap);
+  ASSERT_TRUE(NetnsFabric::RunIn(a->netns, [&] { link.reset(); }).ok());
+}
+
+TEST_F(NetnsTest, AFreedAddressComesBackLastAndWithTheSameMac) {
+  auto fabric = NetnsFabric::Create(ledger_);
+  ASSERT_TRUE(fabric.ok()) << fabric.status().message();
+  auto a = (*fabric)->AddHost("s1/node-0");
+  auto b = (*fabric)->AddHost("s1/node-1");
+  ASSERT_TRUE(a.ok() && b.ok());
+  const std::string mac = Output({"ip", "-n", a->netns, "-o", "link", "show", "eth0"});
+  EXPECT_NE(mac.find("02:fd:"), std::string::npos) << mac;
+  ASSERT_TRUE((*fabric)->RemoveHost("s1/node-0").ok());
+  auto c = (*fabric)->AddHost("s2/node-0");
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(c->address, a->address) << "round-robin: a freed address is not the next one handed out";
+  EXPECT_EQ(c->index, b->index + 1);
+  // A host's MAC follows its index: when the range wraps and the freed
+  // index returns, it comes with its old MAC, so a peer's neighbour cache
+  // for that address stays right.
+  char want[32];
+  std::snprintf(want, sizeof want, "02:fd:%s:%s:%s:%02x", (*fabric)->tag().substr(0, 2).c_str(),
+                (*fabric)->tag().substr(2, 2).c_str(), (*fabric)->tag().substr(4, 2).c_str(), a->index);
+  EXPECT_NE(mac.find(want), std::string::npos) << mac << " should carry " << want;
 }
 
 TEST_F(NetnsTest, ACrashedControllersLeftoversAreRemovedFromItsLedger) {
