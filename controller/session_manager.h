@@ -216,7 +216,7 @@ class SessionManager : public AgentListener {
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_;
   std::map<std::string, std::string> agent_session_;  // agent id -> session id
-  bool shutting_down_ = false;
+  std::atomic<bool> shutting_down_{false};  // set under mu_; StopRun reads it without
 };
 
 }  // namespace firedrill::controller

@@ -240,8 +240,11 @@ void SessionManager::StopRun(Session& s, Lock& lock) {
     if (r.state == RankState::kRunning) pool_->Send(r.agent_id, msg);
   }
   // A healthy rank stops after its current step; one stuck in a collective
-  // never will, and is killed like an operator would kill a hung job.
-  const auto limit = std::chrono::duration<double>(std::min(s.rec.job().comm().timeout_s() + 5.0, 15.0));
+  // never will, and is killed like an operator would kill a hung job. A
+  // controller that is shutting down waits a moment only: its supervisor
+  // (systemd, `firedrill down`) will not wait the full collective timeout.
+  const auto limit = std::chrono::duration<double>(
+      shutting_down_ ? 2.0 : std::min(s.rec.job().comm().timeout_s() + 5.0, 15.0));
   s.cv.wait_for(lock, limit, [&] { return RunOver(s); });
   for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
     if (s.ranks[rank].state == RankState::kRunning) {

@@ -214,18 +214,6 @@ TEST_F(DrillTest, ControllerCrashTakesItsAgentsAndTheSessionIsAbortedAfterRestar
   EXPECT_EQ(sessions->sessions(0).state(), "aborted");
 }
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 // No process of ours mentions the state dir any more.
 std::vector<int> ProcessesMentioning(const std::string& needle) {
   std::vector<int> out;

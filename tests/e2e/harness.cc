@@ -1,6 +1,8 @@
 #include "tests/e2e/harness.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +26,18 @@ std::string MakeTempDir() {
   return d ? d : "/tmp";
 }
 
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
 bool ProcessAlive(int pid) {
   if (pid <= 0) return false;
   if (kill(pid, 0) != 0) return false;
@@ -35,17 +49,23 @@ bool ProcessAlive(int pid) {
   return close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z';
 }
 
-ControllerProcess::ControllerProcess(std::string state_dir) : state_dir_(std::move(state_dir)) {
+ControllerProcess::ControllerProcess(std::string state_dir, std::vector<std::string> extra)
+    : state_dir_(std::move(state_dir)) {
   const std::string bin = BinDir() + "/firedrill-controller";
   const std::string log = state_dir_ + "/controller.log";
   std::remove((state_dir_ + "/controller.addr").c_str());
+  std::vector<std::string> args = {bin, "--listen", "127.0.0.1:0", "--state-dir", state_dir_,
+                                   "--scenarios", FIREDRILL_SOURCE_DIR "/scenarios"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   pid_ = fork();
   if (pid_ == 0) {
     // Only async-signal-safe calls: this process has gRPC threads.
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) dup2(fd, 2);
-    execl(bin.c_str(), bin.c_str(), "--listen", "127.0.0.1:0", "--state-dir", state_dir_.c_str(),
-          "--scenarios", FIREDRILL_SOURCE_DIR "/scenarios", static_cast<char*>(nullptr));
+    execv(bin.c_str(), argv.data());
     _exit(127);
   }
   for (int i = 0; i < 200 && address_.empty(); ++i) {

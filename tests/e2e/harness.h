@@ -16,11 +16,14 @@ namespace firedrill::e2e {
 std::string BinDir();
 std::string MakeTempDir();
 bool ProcessAlive(int pid);
+// A TCP port free on loopback just now.
+int FreePort();
 
 class ControllerProcess {
  public:
-  // Starts the controller with --listen 127.0.0.1:0 on `state_dir`.
-  explicit ControllerProcess(std::string state_dir);
+  // Starts the controller with --listen 127.0.0.1:0 on `state_dir`, and
+  // `extra` flags.
+  explicit ControllerProcess(std::string state_dir, std::vector<std::string> extra = {});
   ~ControllerProcess();  // SIGTERM, then SIGKILL
   bool ok() const { return pid_ > 0 && !address_.empty(); }
   const std::string& address() const { return address_; }
