@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_controller.h"
 #include "cli/client.h"
 #include "common/paths.h"
 #include "common/stats.h"
@@ -109,34 +110,6 @@ v1::SubmitDiagnosisRequest RightDiagnosis(const v1::Scenario& sc, const std::vec
   return d;
 }
 
-struct Controller {
-  pid_t pid = -1;
-  std::string addr;
-  std::string dir;
-};
-
-Controller StartController(const std::string& scenarios) {
-  Controller c;
-  char tmpl[] = "/tmp/fd-grading-XXXXXX";
-  c.dir = mkdtemp(tmpl);
-  const std::string bin = ExecutableDir() + "/firedrill-controller";
-  c.pid = fork();
-  if (c.pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    const int fd = open((c.dir + "/controller.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (fd >= 0) dup2(fd, 2);
-    execl(bin.c_str(), bin.c_str(), "--listen", "127.0.0.1:0", "--state-dir", c.dir.c_str(), "--scenarios",
-          scenarios.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  for (int i = 0; i < 400 && c.addr.empty(); ++i) {
-    std::ifstream in(c.dir + "/controller.addr");
-    std::getline(in, c.addr);
-    if (c.addr.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return c;
-}
-
 // Holds one core busy until stopped (bounded by `max`).
 pid_t StartBurner(std::chrono::seconds max) {
   const pid_t pid = fork();
@@ -153,6 +126,7 @@ pid_t StartBurner(std::chrono::seconds max) {
 
 struct Trial {
   std::string scenario, condition, fix;  // fix: accepted | wrong
+  std::string hosts;                     // netns | loopback: where the agents ran
   int64_t seed = 0;
   bool done = false, passed = false;
   double ratio = 0, skew = 0;
@@ -231,7 +205,8 @@ nlohmann::json ToJson(const Trial& t) {
   return {{"scenario", t.scenario}, {"condition", t.condition}, {"fix", t.fix},
           {"seed", t.seed},         {"done", t.done},           {"passed", t.passed},
           {"ratio", t.ratio},       {"skew", t.skew},           {"fix_points", t.fix_points},
-          {"total", t.total},       {"seconds", t.seconds},     {"detail", t.detail}};
+          {"total", t.total},       {"seconds", t.seconds},     {"detail", t.detail},
+          {"hosts", t.hosts}};
 }
 
 // The trials of earlier runs: a long measurement is taken in parts
@@ -257,6 +232,7 @@ std::vector<Trial> ReadTrials(const std::string& path) {
     t.total = j.value("total", 0);
     t.seconds = j.value("seconds", 0.0);
     t.detail = j.value("detail", "");
+    t.hosts = j.value("hosts", "loopback");  // runs before hosts were namespaces
     out.push_back(std::move(t));
   }
   return out;
@@ -308,6 +284,7 @@ int main(int argc, char** argv) {
   std::string out_path = "grading.jsonl", only, scenario_dir = DefaultScenarioDir();
   std::vector<std::string> conditions = {"idle", "burner"}, report;
   bool resume = false;
+  std::string hosts = "auto";
   CLI::App app{"grading_reliability: false-fail and false-pass counts of verification, per scenario"};
   app.add_option("--trials", trials, "sessions per scenario, fix and condition")->capture_default_str();
   app.add_option("--seed", seed0, "first seed")->capture_default_str();
@@ -315,6 +292,7 @@ int main(int argc, char** argv) {
   app.add_option("--scenario", only, "only this scenario");
   app.add_option("--scenarios", scenario_dir, "scenario directory")->capture_default_str();
   app.add_option("--conditions", conditions, "idle and/or burner")->capture_default_str();
+  app.add_option("--hosts", hosts, "the controller's --hosts (auto | netns | loopback)")->capture_default_str();
   app.add_flag("--resume", resume, "skip the trials --out already holds (a run taken in parts)");
   app.add_option("--report", report, "print the table of these JSON-lines files and exit (no trials)");
   CLI11_PARSE(app, argc, argv);
@@ -342,13 +320,13 @@ int main(int argc, char** argv) {
         return true;
     return false;
   };
-  Controller ctl = StartController(scenario_dir);
-  if (ctl.addr.empty()) {
-    std::fprintf(stderr, "grading_reliability: the controller did not start; see %s/controller.log\n", ctl.dir.c_str());
+  bench::BenchController ctl(scenario_dir, {"--hosts", hosts});
+  if (!ctl.ok()) {
+    std::fprintf(stderr, "grading_reliability: the controller did not start; see %s/controller.log\n", ctl.dir().c_str());
     return 1;
   }
-  cli::DrillClient client(ctl.addr, std::chrono::seconds(30));
-  auto key = controller::LoadOrCreateDrawKey(ctl.dir + "/draw.key");
+  cli::DrillClient client(ctl.addr(), std::chrono::seconds(30));
+  auto key = controller::LoadOrCreateDrawKey(ctl.dir() + "/draw.key");
   if (!key.ok()) {
     std::fprintf(stderr, "grading_reliability: %s\n", key.status().message().c_str());
     return 1;
@@ -361,7 +339,8 @@ int main(int argc, char** argv) {
       for (int i = 0; i < trials; ++i) {
         for (bool accepted : {true, false}) {
           if (have(sc.id(), condition, seed0 + i, accepted)) continue;
-          const Trial t = Play(client, sc, seed0 + i, accepted, condition, *key);
+          Trial t = Play(client, sc, seed0 + i, accepted, condition, *key);
+          t.hosts = ctl.hosts_mode();
           results.push_back(t);
           out << ToJson(t).dump() << std::endl;
           std::fprintf(stderr, "%s %s %s seed %lld: %s ratio %.2f skew %.2f (%.0f s)\n", condition.c_str(),
@@ -375,10 +354,6 @@ int main(int argc, char** argv) {
       waitpid(burner, nullptr, 0);
     }
   }
-  kill(ctl.pid, SIGTERM);
-  waitpid(ctl.pid, nullptr, 0);
-  std::error_code ec;
-  std::filesystem::remove_all(ctl.dir, ec);
   PrintTable(results, *all);
   return 0;
 }
