@@ -72,34 +72,38 @@ class NetnsTest : public ::testing::Test {
   std::set<std::string> before_;
 };
 
+// Inside `host`'s namespace (RunIn): listens on its address, publishes the
+// port, and accepts one client within 10 s (a fabric that drops frames must
+// fail the test, not hang it). The client's socket, or -1.
+int AcceptOne(const NetnsHost& host, std::promise<int>& port) {
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, host.address.c_str(), &a.sin_addr);
+  if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(s, 1) != 0) {
+    port.set_value(-1);
+    close(s);
+    return -1;
+  }
+  socklen_t len = sizeof a;
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  port.set_value(ntohs(a.sin_port));
+  pollfd pfd{s, POLLIN, 0};
+  const int c = poll(&pfd, 1, 10000) == 1 ? accept(s, nullptr, nullptr) : -1;
+  close(s);
+  return c;
+}
+
 // Echo server on `host`: returns the port once listening; serves one client.
 std::future<void> Echo(const NetnsHost& host, std::promise<int>& port) {
   return std::async(std::launch::async, [&host, &port] {
     const Status st = NetnsFabric::RunIn(host.netns, [&] {
-      const int s = socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      inet_pton(AF_INET, host.address.c_str(), &a.sin_addr);
-      if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(s, 1) != 0) {
-        port.set_value(-1);
-        close(s);
-        return;
-      }
-      socklen_t len = sizeof a;
-      getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-      port.set_value(ntohs(a.sin_port));
-      // Bounded: a fabric that drops frames must fail the test, not hang it.
-      pollfd pfd{s, POLLIN, 0};
-      if (poll(&pfd, 1, 10000) != 1) {
-        close(s);
-        return;
-      }
-      const int c = accept(s, nullptr, nullptr);
+      const int c = AcceptOne(host, port);
+      if (c < 0) return;
       char buf[16];
       const ssize_t n = read(c, buf, sizeof buf);
       if (n > 0) (void)!write(c, buf, static_cast<size_t>(n));
       close(c);
-      close(s);
     });
     EXPECT_TRUE(st.ok()) << st.message();
   });
@@ -169,24 +173,8 @@ std::future<double> Sink(const NetnsHost& host, std::promise<int>& port) {
   return std::async(std::launch::async, [&host, &port] {
     double rate = -1;
     const Status st = NetnsFabric::RunIn(host.netns, [&] {
-      const int s = socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      inet_pton(AF_INET, host.address.c_str(), &a.sin_addr);
-      if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(s, 1) != 0) {
-        port.set_value(-1);
-        close(s);
-        return;
-      }
-      socklen_t len = sizeof a;
-      getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-      port.set_value(ntohs(a.sin_port));
-      pollfd pfd{s, POLLIN, 0};
-      if (poll(&pfd, 1, 10000) != 1) {
-        close(s);
-        return;
-      }
-      const int c = accept(s, nullptr, nullptr);
+      const int c = AcceptOne(host, port);
+      if (c < 0) return;
       const timeval ten{10, 0};
       setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &ten, sizeof ten);
       std::vector<char> buf(1 << 16);
@@ -199,7 +187,6 @@ std::future<double> Sink(const NetnsHost& host, std::promise<int>& port) {
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - first).count();
       if (total > 0 && secs > 0) rate = static_cast<double>(total) / secs;
       close(c);
-      close(s);
     });
     EXPECT_TRUE(st.ok()) << st.message();
     return rate;
