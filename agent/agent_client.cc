@@ -7,6 +7,8 @@
 
 #include "agent/comm/process_group.h"
 #include "common/log.h"
+#include "faults/shaped_link.h"
+#include "faults/throttled_compute.h"
 
 namespace firedrill::agent {
 
@@ -43,6 +45,11 @@ AgentClient::~AgentClient() {
 }
 
 int AgentClient::Run() {
+  // How this host's faults act, said by every agent alike (a line only the
+  // faulty host printed would name it).
+  spdlog::info("{}", faults::ThrottledCompute::Capability("probe-" + std::to_string(getpid())));
+  spdlog::info("{}", opts_.link_ifname.empty() ? std::string("a slow link here waits out its bytes (no interface of its own)")
+                                                : faults::ShapedLink::Capability(opts_.link_ifname));
   auto channel = grpc::CreateChannel(opts_.controller, grpc::InsecureChannelCredentials());
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(opts_.connect_timeout_s);
   if (!channel->WaitForConnected(deadline)) {

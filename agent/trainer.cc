@@ -536,6 +536,9 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         }
         scaler->Update(found_inf);
       }
+      // The optimiser runs on the device too: a slowed one takes longer.
+      stretch_mark = t0;
+      StretchSince(stretch_mark);
       auto t1 = Clock::now();
       const double optim_ms = MsSince(t0, t1);
       span("optimizer", t0, t1, -1);
@@ -564,7 +567,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
 
       const auto t_end = Clock::now();
       steps_done.store(step + 1);
-      compute->OnStep(forward_ms + backward_ms);  // the quota's governor
+      compute->OnStep(forward_ms + backward_ms + optim_ms);  // the quota's governor: the device's work
 
       if (telemetry) {
         phase = "step report";
@@ -632,6 +635,13 @@ void Trainer::Impl::RunProbes(comm::ProcessGroup& pg, int64_t steps, const std::
     report.set_request_id(req->request_id());
     report.set_run_id(req->run_id());
   }
+  // A slowed device's network is not slow: its quota is lifted while the
+  // probe runs, so a straggler's pairs measure like anyone's.
+  compute->Pause();
+  struct Resume {
+    faults::ThrottledCompute* c;
+    ~Resume() { c->Resume(); }
+  } resume{compute.get()};
   const auto t0 = Clock::now();
   Status st = [&]() -> Status {
     // A group per probe: a failed probe leaves nothing behind for the next.

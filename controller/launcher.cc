@@ -64,7 +64,8 @@ StatusOr<pid_t> Launcher::Launch(const std::string& agent_id, const std::string&
     args.insert(args.end(),
                 {"--advertise-host", where.address, "--bind-host", where.address, "--link-ifname", where.ifname});
   }
-  // Opened here, joined in the child: open() is not for after fork.
+  // Opened here, so that a missing namespace is the parent's error to
+  // report; joined in the child.
   struct Fd {
     int fd = -1;
     ~Fd() {

@@ -69,6 +69,10 @@ std::string NetnsFabric::NetnsPath(const std::string& netns) { return "/run/netn
 
 Status NetnsFabric::Available() {
   if (geteuid() != 0) return FailedPrecondition("network namespaces need root (running as uid " + std::to_string(geteuid()) + ")");
+  // A slow link's ingress is shaped through an ifb device in the host's
+  // namespace; loaded with its defaults, the module would also make ifb0
+  // and ifb1 in the machine's own namespace, which is not ours to change.
+  (void)RunCommand({"modprobe", "ifb", "numifbs=0"});
   const std::string ns = "fd-probe-" + std::to_string(getpid());
   const std::string veth = "fdv" + RandomTag() + "p";
   FD_RETURN_IF_ERROR(RunChecked({"ip", "netns", "add", ns}));

@@ -74,6 +74,9 @@ Status Server::StartFabric() {
     return Status::Ok();
   }
   if (!opts_.local_launcher) {
+    if (opts_.hosts == "netns")
+      return InvalidArgument("--hosts netns places the agents this controller launches; with --launcher remote "
+                             "agents run where they were started (put them in namespaces yourself)");
     spdlog::info("hosts: remote agents run where they were started (--launcher remote)");
     return Status::Ok();
   }

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -98,30 +99,31 @@ StatusOr<std::unique_ptr<CpuQuota>> CpuQuota::Create(const std::string& name) {
   std::unique_ptr<CpuQuota> q(new CpuQuota());
   q->v2_ = m.v2;
   const std::string parent = m.dir + "/firedrill";
-  if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST)
-    return Unavailable("cannot create " + parent + ": " + std::strerror(errno));
   auto fail = [&](Status st) {
     rmdir(parent.c_str());  // when it is ours and empty
     return st;
   };
-  // v2: the cpu controller must be enabled down to our cgroups; enabled only
-  // where it is not (the mount's own setting is the machine's).
-  if (m.v2) {
-    for (const std::string& dir : {m.dir, parent}) {
-      if (HasWord(dir + "/cgroup.subtree_control", "cpu")) continue;
-      if (Status st = WriteFile(dir + "/cgroup.subtree_control", "+cpu"); !st.ok())
-        return fail(Unavailable("the cpu controller cannot be enabled for " + dir + ": " + st.message()));
-    }
-  }
   q->path_ = parent + "/" + name;
-  // Another process's quota, going away, may take the parent with it.
-  int rc = -1;
-  for (int attempt = 0; attempt < 3 && rc != 0; ++attempt) {
-    rc = mkdir(q->path_.c_str(), 0755);
-    if (rc != 0 && errno == EEXIST) rc = 0;
-    if (rc != 0 && errno == ENOENT) (void)mkdir(parent.c_str(), 0755);
+  // The parent is shared: another process's quota, going away, may remove it
+  // between our steps, so it is set up again (v2's controller included)
+  // whenever our cgroup cannot be made in it.
+  int err = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST)
+      return Unavailable("cannot create " + parent + ": " + std::strerror(errno));
+    // v2: the cpu controller must be enabled down to our cgroups; enabled
+    // only where it is not (the mount's own setting is the machine's).
+    if (m.v2) {
+      for (const std::string& dir : {m.dir, parent}) {
+        if (HasWord(dir + "/cgroup.subtree_control", "cpu")) continue;
+        if (Status st = WriteFile(dir + "/cgroup.subtree_control", "+cpu"); !st.ok())
+          return fail(Unavailable("the cpu controller cannot be enabled for " + dir + ": " + st.message()));
+      }
+    }
+    err = mkdir(q->path_.c_str(), 0755) == 0 || errno == EEXIST ? 0 : errno;
+    if (err != ENOENT) break;
   }
-  if (rc != 0) return fail(Unavailable("cannot create " + q->path_ + ": " + std::strerror(errno)));
+  if (err != 0) return fail(Unavailable("cannot create " + q->path_ + ": " + std::strerror(err)));
   // /proc/self/cgroup names the cgroup from the hierarchy's root; the mount
   // may show only part of it (a container's).
   std::string own = OwnCgroup(m.v2);
@@ -138,11 +140,34 @@ StatusOr<std::unique_ptr<CpuQuota>> CpuQuota::Create(const std::string& name) {
 CpuQuota::~CpuQuota() {
   if (path_.empty()) return;
   (void)Unlimit();  // first: if moving back fails, the process is at least not throttled
-  if (joined_ >= 0) (void)WriteFile(previous_ + "/cgroup.procs", std::to_string(joined_));
+  if (joined_ >= 0)
+    (void)WriteFile(previous_ + (joined_thread_ ? "/tasks" : "/cgroup.procs"), std::to_string(joined_));
   // Empty now unless a joined process forked children into it; rmdir then
   // fails and CleanLeftovers takes it later.
   rmdir(path_.c_str());
   rmdir(fs::path(path_).parent_path().c_str());  // firedrill/, when it was the last
+}
+
+Status CpuQuota::JoinThisThread() {
+  if (v2_) return FailedPrecondition("cgroup v2 moves threads only within a threaded subtree; join the process");
+  // The thread's own cgroup, which may differ from its process's.
+  std::ifstream in("/proc/thread-self/cgroup");
+  std::string line, own = "/";
+  while (std::getline(in, line)) {
+    const auto a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::istringstream c(line.substr(a + 1, b - a - 1));
+    for (std::string one; std::getline(c, one, ',');)
+      if (one == "cpu") own = line.substr(b + 1);
+  }
+  const Mount m = CpuMount();
+  if (m.root != "/" && own.rfind(m.root, 0) == 0) own = own.substr(m.root.size());
+  const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
+  FD_RETURN_IF_ERROR(WriteFile(path_ + "/tasks", std::to_string(tid)));
+  previous_ = m.dir + (own.empty() ? "/" : own);
+  joined_ = tid;
+  joined_thread_ = true;
+  return Status::Ok();
 }
 
 Status CpuQuota::Join(pid_t pid) {

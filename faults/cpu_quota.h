@@ -34,6 +34,9 @@ class CpuQuota {
 
   // Moves process `pid` (0: this one), every thread, into the cgroup.
   Status Join(pid_t pid = 0);
+  // Moves the calling thread alone (cgroup v1's `tasks`; v2 needs a threaded
+  // subtree, so there it is an error and the caller joins the process).
+  Status JoinThisThread();
   // At most `cores` CPUs' worth of time per period (e.g. 0.25).
   Status Limit(double cores);
   Status Unlimit();
@@ -51,6 +54,7 @@ class CpuQuota {
   std::string path_;      // our cgroup
   std::string previous_;  // where the joined process was (its cgroup.procs)
   pid_t joined_ = -1;
+  bool joined_thread_ = false;  // joined_ is a thread id (v1 tasks)
   bool v2_ = false;
   int64_t period_us_ = 10000;    // while unlimited
   int64_t v1_period_us_ = -1;    // what cpu.cfs_period_us holds (v1), -1: unknown

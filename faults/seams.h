@@ -25,7 +25,8 @@ using Nanos = std::chrono::nanoseconds;
 // A fault's index in the run's fault list: the key of its changes.
 using FaultId = int;
 
-// The rank's compute: forward and backward take `factor` times as long.
+// The rank's compute: forward, backward and the optimiser step (the
+// device's work) take `factor` times as long.
 class ComputeSeam {
  public:
   virtual ~ComputeSeam() = default;

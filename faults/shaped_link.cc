@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/log.h"
 #include "common/subprocess.h"
 
 namespace firedrill::faults {
@@ -34,6 +33,27 @@ void ShapedLink::Restore(FaultId id) {
   Reshape();
 }
 
+ShapedLink::ShapedLink(std::string ifname) : ifname_(std::move(ifname)) {
+  // What a killed run left on the interface (a remote agent's host outlives
+  // its runs): our tbf, our ingress redirect and ifb. Nothing else is ours.
+  auto root = RunCommand({"tc", "qdisc", "show", "dev", ifname_, "root"});
+  if (root.ok() && root->exit_code == 0 && root->output.find("qdisc tbf") != std::string::npos)
+    (void)RunCommand({"tc", "qdisc", "del", "dev", ifname_, "root"});
+  auto ifb = RunCommand({"ip", "link", "show", IfbName()});
+  if (ifb.ok() && ifb->exit_code == 0) {
+    (void)RunCommand({"tc", "qdisc", "del", "dev", ifname_, "ingress"});
+    (void)RunCommand({"ip", "link", "del", IfbName()});
+  }
+}
+
+std::string ShapedLink::Capability(const std::string& ifname) {
+  auto r = RunCommand({"tc", "qdisc", "show", "dev", ifname});
+  if (!r.ok() || r->exit_code != 0)
+    return "a slow link here waits out its bytes (tc on " + ifname + ": " +
+           (r.ok() ? r->output : r.status().message()) + ")";
+  return "a slow link here is a tc rate limit on " + ifname;
+}
+
 ShapedLink::~ShapedLink() {
   if (shaped_) Unshape();
 }
@@ -46,8 +66,6 @@ Status ShapedLink::ShapeIngress(double bandwidth_gbps) {
   // retrained or erroring port is.
   const std::string ifb = IfbName();
   if (!ingress_ready_) {
-    (void)RunCommand({"ip", "link", "del", ifb});  // one left by a killed run
-    (void)RunCommand({"tc", "qdisc", "del", "dev", ifname_, "ingress"});
     FD_RETURN_IF_ERROR(RunChecked({"ip", "link", "add", ifb, "type", "ifb"}));
     FD_RETURN_IF_ERROR(RunChecked({"ip", "link", "set", ifb, "up"}));
     FD_RETURN_IF_ERROR(RunChecked({"tc", "qdisc", "add", "dev", ifname_, "handle", "ffff:", "ingress"}));
@@ -59,8 +77,7 @@ Status ShapedLink::ShapeIngress(double bandwidth_gbps) {
 }
 
 void ShapedLink::Unshape() {
-  if (Status st = RunChecked({"tc", "qdisc", "del", "dev", ifname_, "root"}); !st.ok())
-    spdlog::warn("taking the rate limit off {}: {}", ifname_, st.message());
+  (void)RunCommand({"tc", "qdisc", "del", "dev", ifname_, "root"});
   if (ingress_ready_) {
     (void)RunCommand({"tc", "qdisc", "del", "dev", ifname_, "ingress"});  // and its filter
     (void)RunCommand({"ip", "link", "del", IfbName()});
@@ -79,21 +96,19 @@ void ShapedLink::Reshape() {
     return;
   }
   if (Status st = RunChecked(TbfCommand(ifname_, bw)); !st.ok()) {
-    // LinkModel waits the bytes out instead; said once.
-    if (fallback_.empty()) spdlog::warn("link {}: tc refused ({}); the slow link waits instead", ifname_, st.message());
+    // LinkModel waits the bytes out instead, and nothing of ours may stay
+    // on the interface to slow it twice. Not logged: only the bad host
+    // would say it (Capability() speaks for every host alike).
     fallback_ = st.message();
     SetBandwidthShaped(false);
+    if (shaped_) Unshape();
     return;
   }
   shaped_ = true;
   fallback_.clear();
   SetBandwidthShaped(true);
-  if (Status st = ShapeIngress(bw); !st.ok()) {
-    // Egress alone still slows every ring through the host; said once.
-    if (ingress_fallback_.empty())
-      spdlog::warn("link {}: only what it sends is capped, its ingress cannot be ({})", ifname_, st.message());
-    ingress_fallback_ = st.message();
-  }
+  // Egress alone still slows every ring through the host.
+  if (Status st = ShapeIngress(bw); !st.ok()) ingress_fallback_ = st.message();
 }
 
 }  // namespace firedrill::faults

@@ -6,7 +6,8 @@
 // would behind a degraded NIC or cable. What tbf cannot add is a fixed delay (that is netem, which this
 // kernel lacks): the degradation's latency stays a wait before each
 // collective, as LinkModel does. Where tc refuses (no root, no tbf), the
-// bandwidth falls back to LinkModel's wait too, and `fallback()` says why.
+// bandwidth falls back to LinkModel's wait too, and `fallback()` says why
+// (never logged: only the bad host would say it).
 //
 // Only for an interface that is the host's alone (eth0 in a host's network
 // namespace, see controller/netns_fabric.h): a qdisc on a shared interface
@@ -22,7 +23,8 @@ namespace firedrill::faults {
 
 class ShapedLink : public LinkModel {
  public:
-  explicit ShapedLink(std::string ifname) : ifname_(std::move(ifname)) {}
+  // Takes off what a killed run of ours left on the interface.
+  explicit ShapedLink(std::string ifname);
   ~ShapedLink() override;  // takes the qdisc off
 
   void Degrade(FaultId id, double latency_us, double bandwidth_gbps) override;
@@ -34,6 +36,9 @@ class ShapedLink : public LinkModel {
   const std::string& ingress_fallback() const { return ingress_fallback_; }
   const std::string& ifname() const { return ifname_; }
 
+  // One line for the agent's log, the same on every host: whether tc
+  // answers for `ifname` here.
+  static std::string Capability(const std::string& ifname);
   // The tc command that caps `ifname` at `bandwidth_gbps` GB/s (tests and
   // messages).
   static std::vector<std::string> TbfCommand(const std::string& ifname, double bandwidth_gbps);

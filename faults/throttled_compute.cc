@@ -7,16 +7,14 @@
 #include <cmath>
 #include <vector>
 
-#include "common/log.h"
-
 namespace firedrill::faults {
 
 namespace {
 
 constexpr size_t kHealthySteps = 8;  // the healthy time is the median of these
 constexpr size_t kMinHealthy = 3;    // a slowdown takes hold once this many are measured
-constexpr double kMinCores = 0.02;   // 2 of every 100 ms: a quota still makes progress
 constexpr size_t kSteerSteps = 4;    // steps per steering decision
+constexpr double kMinCores = 0.02;   // 1 ms in every 50: a quota still makes progress
 
 double Median(std::deque<double> v) {
   std::sort(v.begin(), v.end());
@@ -41,6 +39,12 @@ ThrottledCompute::ThrottledCompute(std::string cgroup) : cgroup_(std::move(cgrou
 
 ThrottledCompute::~ThrottledCompute() = default;  // the quota lifts itself and goes
 
+std::string ThrottledCompute::Capability(const std::string& probe_name) {
+  auto q = CpuQuota::Create(probe_name);
+  if (!q.ok()) return "a slowed rank here sleeps out its slowdown (no CPU quota: " + q.status().message() + ")";
+  return std::string("a slowed rank here runs under a CPU quota (cgroup ") + ((*q)->v2() ? "v2" : "v1") + ")";
+}
+
 void ThrottledCompute::Slow(FaultId id, double factor) {
   factors_.Set(id, factor);
   std::lock_guard<std::mutex> lock(mu_);
@@ -52,10 +56,16 @@ void ThrottledCompute::Slow(FaultId id, double factor) {
   }
   (void)CpuQuota::CleanLeftovers();
   auto q = CpuQuota::Create(cgroup_);
-  Status st = q.ok() ? (*q)->Join() : q.status();
+  if (!q.ok()) {
+    fallback_ = q.status().message();
+    return;
+  }
+  // The device is what is slow: the training thread alone where the
+  // kernel allows it, the process where it does not.
+  Status st = (*q)->JoinThisThread();
+  if (!st.ok()) st = (*q)->Join();
   if (!st.ok()) {
     fallback_ = st.message();
-    spdlog::warn("no CPU quota for the slowdown ({}); it is slept out instead", fallback_);
     return;
   }
   quota_ = std::move(q).value();
@@ -64,8 +74,9 @@ void ThrottledCompute::Slow(FaultId id, double factor) {
 void ThrottledCompute::Restore(FaultId id) {
   factors_.Erase(id);
   std::lock_guard<std::mutex> lock(mu_);
+  window_.clear();
   if (factors_.Product() > 1.0 || !quota_ || cores_ == 0) return;
-  if (Status st = quota_->Unlimit(); !st.ok()) spdlog::warn("lifting the CPU quota: {}", st.message());
+  if (Status st = quota_->Unlimit(); !st.ok()) DropQuota(st.message());
   cores_ = 0;
 }
 
@@ -74,18 +85,30 @@ void ThrottledCompute::OnStep(double compute_ms) {
   const double f = factors_.Product();
   if (f <= 1.0 || !quota_ || (cores_ == 0 && base_ms_ == 0)) {
     // A healthy step (or one run before the quota took hold): the baseline.
-    if (compute_ms > 0) healthy_ms_.push_back(compute_ms);
-    if (healthy_ms_.size() > kHealthySteps) healthy_ms_.pop_front();
-    cpu_marks_.push_back({Seconds(CLOCK_MONOTONIC), Seconds(CLOCK_PROCESS_CPUTIME_ID)});
-    if (cpu_marks_.size() > kHealthySteps + 1) cpu_marks_.pop_front();
-    if (f <= 1.0 || !quota_ || healthy_ms_.size() < kMinHealthy || cpu_marks_.size() < 2) return;
+    const double cpu = Seconds(CLOCK_THREAD_CPUTIME_ID);
+    if (compute_ms > 0 && last_cpu_s_ > 0) {
+      healthy_ms_.push_back(compute_ms);
+      healthy_cpu_s_.push_back(cpu - last_cpu_s_);
+    }
+    last_cpu_s_ = cpu;
+    if (healthy_ms_.size() > kHealthySteps) {
+      healthy_ms_.pop_front();
+      healthy_cpu_s_.pop_front();
+    }
+    if (f <= 1.0 || !quota_ || healthy_ms_.size() < kMinHealthy) return;
     base_ms_ = Median(healthy_ms_);
-    // First guess: the CPU the process used per second while healthy,
-    // divided by the slowdown; the steering below corrects it.
-    const auto& a = cpu_marks_.front();
-    const auto& b = cpu_marks_.back();
-    const double rate = b.wall > a.wall ? (b.cpu - a.cpu) / (b.wall - a.wall) : 1.0;
-    cores_ = std::clamp(rate / f, kMinCores, OnlineCpus());
+    // First guess: the share of a core the training thread got while it
+    // computed (its CPU time per step over its compute time: the quota acts
+    // on the bursts, not on the step's average), divided by the slowdown;
+    // the steering below corrects it.
+    double cpu_s = 0, wall_s = 0;
+    for (size_t i = 0; i < healthy_ms_.size(); ++i) {
+      cpu_s += healthy_cpu_s_[i];
+      wall_s += healthy_ms_[i] / 1e3;
+    }
+    const double share = wall_s > 0 ? std::clamp(cpu_s / wall_s, 0.05, 1.0) : 1.0;
+    cores_ = std::clamp(share / f, kMinCores, OnlineCpus());
+    window_.clear();
     Apply();
     return;
   }
@@ -96,6 +119,7 @@ void ThrottledCompute::Steer(double compute_ms, double f) {
   if (compute_ms <= 0 || base_ms_ <= 0) return;
   if (cores_ == 0) {  // slowed again (flapping): where it was
     cores_ = resume_cores_ > 0 ? resume_cores_ : kMinCores;
+    window_.clear();
     Apply();
     return;
   }
@@ -116,10 +140,32 @@ void ThrottledCompute::Steer(double compute_ms, double f) {
 
 void ThrottledCompute::Apply() {
   resume_cores_ = cores_;
-  if (Status st = quota_->Limit(cores_); !st.ok() && fallback_.empty()) {
-    spdlog::warn("setting the CPU quota: {}", st.message());
-    fallback_ = st.message();
+  if (paused_) return;  // Resume() applies it
+  if (Status st = quota_->Limit(cores_); !st.ok()) DropQuota(st.message());
+}
+
+void ThrottledCompute::DropQuota(const std::string& why) {
+  // A quota that cannot be set must not leave the rank unslowed: the sleep
+  // fallback takes over (the quota lifts itself as it goes).
+  fallback_ = why;
+  quota_.reset();
+  cores_ = 0;
+}
+
+void ThrottledCompute::Pause() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (paused_ || !quota_) return;
+  paused_ = true;
+  if (cores_ > 0) {
+    if (Status st = quota_->Unlimit(); !st.ok()) DropQuota(st.message());
   }
+}
+
+void ThrottledCompute::Resume() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!paused_) return;
+  paused_ = false;
+  if (quota_ && cores_ > 0) Apply();
 }
 
 double ThrottledCompute::sleep_factor() const {

@@ -1,20 +1,25 @@
-// The compute seam on a real mechanism: a slowed rank runs under a CPU
-// bandwidth quota (faults/cpu_quota.h), so the kernel throttles its process
-// the way a hot or power-capped device throttles: forward and backward take
-// longer because the process gets less CPU time, its gradient buckets leave
-// late because backward reaches them late, and cpu.stat counts throttled
-// periods.
+// The compute seam on a real mechanism: a slowed rank's training thread runs
+// under a CPU bandwidth quota (faults/cpu_quota.h), so the kernel throttles
+// it the way a hot or power-capped device throttles: forward, backward and
+// the optimiser step take longer because the thread gets less CPU time, and
+// its gradient buckets leave late because backward reaches them late. Its
+// loader workers and its communication threads are not throttled (a slow
+// GPU's network is not slow), and the quota is lifted while a probe runs.
+// On cgroup v1 the training thread joins alone; on v2 (threads move only
+// within a threaded subtree) the whole process joins.
 //
 // A quota is a rate, a slowdown is a ratio: the quota is steered like a
 // governor. Before the first slowdown the rank's healthy compute time per
 // step is measured (the median of its last steps; a slowdown from step 0
-// waits for three); from then on, after every step, the quota is moved so
+// waits for three); from then on, every few steps, the quota is moved so
 // that compute takes `factor` times that (measured, so it holds whether the
 // rank shares its cores with three peers or has one to itself).
 //
 // Where no cgroup can be written, the slowdown is slept out instead
 // (sleep_factor()): the trainer stretches forward and backward, and backward
-// before each bucket launch, so buckets still leave late.
+// before each bucket launch, so buckets still leave late. Nothing here logs:
+// only the slowed rank would, which would name it; Capability() says once,
+// on every rank alike, which way slowdowns go on this host.
 #pragma once
 
 #include <deque>
@@ -35,12 +40,17 @@ class ThrottledCompute : public ComputeSeam {
   explicit ThrottledCompute(std::string cgroup);
   ~ThrottledCompute() override;
 
+  // On the training thread (the fault runner's): the thread that joins.
   void Slow(FaultId id, double factor) override;
   void Restore(FaultId id) override;
 
-  // After each step, on the training thread: its forward + backward time
-  // (ms). Measures the healthy time and steers the quota.
+  // After each step, on the training thread: its device work (forward,
+  // backward and optimiser, ms). Measures the healthy time and steers the
+  // quota.
   void OnStep(double compute_ms);
+  // Around a probe: the quota is lifted, then put back.
+  void Pause();
+  void Resume();
 
   // What the trainer still sleeps out: the factor in the fallback, 1 while
   // the quota carries it (or before it took hold).
@@ -55,24 +65,28 @@ class ThrottledCompute : public ComputeSeam {
   // The quota's current limit in cores (0: none).
   double limit_cores() const;
 
+  // Whether a slowed rank here would run under a quota: a probe cgroup is
+  // made and removed. One line for the agent's log, the same on every rank.
+  static std::string Capability(const std::string& probe_name);
+
  private:
-  // mu_ held for both.
+  // mu_ held for all three.
   void Steer(double compute_ms, double factor);
-  void Apply();  // the quota to cores_
+  void Apply();         // the quota to cores_
+  void DropQuota(const std::string& why);  // the sleep fallback from now on
   const std::string cgroup_;
   PerFault factors_;
   mutable std::mutex mu_;
   std::unique_ptr<CpuQuota> quota_;
   bool tried_ = false;
+  bool paused_ = false;
   std::string fallback_;
   std::deque<double> healthy_ms_;  // the last healthy steps' compute time
   double base_ms_ = 0;             // frozen at the first slowdown that took hold
   double cores_ = 0;               // the limit now; 0: unlimited
   double resume_cores_ = 0;        // the last limit, where a flapping fault resumes
-  struct Mark {
-    double wall, cpu;  // seconds
-  };
-  std::deque<Mark> cpu_marks_;  // the process's CPU time at the healthy steps' ends
+  std::deque<double> healthy_cpu_s_;  // the training thread's CPU time in those steps
+  double last_cpu_s_ = 0;             // its CPU time at the last step's end
   std::vector<double> window_;  // slowed steps' compute since the last steering
 };
 

@@ -94,7 +94,7 @@ TEST(ThrottledCompute, TheQuotaMakesAStepTakeTheSlowdownTimesItsHealthyTime) {
     {
       ThrottledCompute c("gov-" + std::to_string(getpid()));
       // The same CPU work every step, tens of milliseconds as a training
-      // step's compute is (a quota acts per 10 ms period).
+      // step's compute is (a quota acts per period, a few milliseconds).
       auto work = [] {
         const auto t0 = std::chrono::steady_clock::now();
         volatile uint64_t x = 0;
@@ -139,6 +139,65 @@ TEST(ThrottledCompute, TheQuotaMakesAStepTakeTheSlowdownTimesItsHealthyTime) {
   EXPECT_LT(cores, 0.7) << "a third of what it used, or less";
 }
 
+// A flapping straggler (faults/runner.h): slowed, recovered, slowed again.
+// While recovered its steps are healthy again; slowed again, the quota
+// resumes where it was instead of measuring from scratch.
+TEST(ThrottledCompute, AFlappingSlowdownLiftsAndResumes) {
+  if (auto q = CpuQuota::Create("probe-" + std::to_string(getpid())); !q.ok())
+    GTEST_SKIP() << "cgroups cannot be written here: " << q.status().message();
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(out[0]);
+    char buf[256];
+    int n = 0;
+    {
+      ThrottledCompute c("flap-" + std::to_string(getpid()));
+      auto work = [] {
+        const auto t0 = std::chrono::steady_clock::now();
+        volatile uint64_t x = 0;
+        for (int i = 0; i < 100000000; ++i) x = x + i;
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      };
+      std::vector<double> healthy, on1, off, on2;
+      for (int step = 0; step < 44; ++step) {
+        if (step == 5 || step == 30) c.Slow(0, 3.0);
+        if (step == 22) c.Restore(0);
+        const double ms = work();
+        c.OnStep(ms);
+        if (step >= 1 && step < 5) healthy.push_back(ms);
+        if (step >= 14 && step < 22) on1.push_back(ms);
+        if (step >= 23 && step < 30) off.push_back(ms);
+        if (step >= 31) on2.push_back(ms);  // from its first step back
+      }
+      auto med = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      n = std::snprintf(buf, sizeof buf, "%f %f %f %f", med(healthy), med(on1), med(off), med(on2));
+    }
+    (void)!write(out[1], buf, static_cast<size_t>(n));
+    _exit(0);
+  }
+  close(out[1]);
+  char buf[256] = {};
+  (void)!read(out[0], buf, sizeof buf - 1);
+  close(out[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  double healthy = 0, on1 = 0, off = 0, on2 = 0;
+  ASSERT_EQ(std::sscanf(buf, "%lf %lf %lf %lf", &healthy, &on1, &off, &on2), 4) << buf;
+  RecordProperty("on_over_healthy", std::to_string(on1 / healthy));
+  RecordProperty("off_over_healthy", std::to_string(off / healthy));
+  RecordProperty("again_over_healthy", std::to_string(on2 / healthy));
+  EXPECT_GT(on1, 2.0 * healthy) << buf;
+  EXPECT_LT(off, 1.5 * healthy) << "recovered: the quota is lifted; " << buf;
+  EXPECT_GT(on2, 2.0 * healthy) << "slowed again, at once; " << buf;
+}
+
 TEST(CpuQuota, LeftoversOfAKilledProcessAreRemoved) {
   if (auto q = CpuQuota::Create("probe-" + std::to_string(getpid())); !q.ok())
     GTEST_SKIP() << "cgroups cannot be written here: " << q.status().message();
@@ -163,8 +222,12 @@ TEST(CpuQuota, LeftoversOfAKilledProcessAreRemoved) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   const std::string path = buf;
   ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  // One named for a live process may be about to be joined: it stays.
+  auto live = CpuQuota::Create("live-" + std::to_string(getpid()));
+  ASSERT_TRUE(live.ok()) << live.status().message();
   EXPECT_GE(CpuQuota::CleanLeftovers(), 1);
-  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path)) << "the killed process's";
+  EXPECT_TRUE(std::filesystem::exists((*live)->path())) << "a live process's";
 }
 
 TEST(CpuQuota, RefusesNamesThatAreNotPlain) {
