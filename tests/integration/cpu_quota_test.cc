@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -75,47 +76,17 @@ TEST(CpuQuota, AThrottledProcessGetsItsQuotaAndTheCgroupCountsIt) {
   EXPECT_FALSE(std::filesystem::exists(path)) << "the cgroup is removed with its owner";
 }
 
-// A straggler on the quota (faults/throttled_compute.h): a child runs
-// "steps" of a fixed amount of CPU work, healthy, then slowed 3x; the
-// governor steers its quota until a step takes about three times the
-// healthy one. Without the quota the steps would stay as they were (the
-// margin fails then: the child is a process of its own, nothing sleeps).
-TEST(ThrottledCompute, TheQuotaMakesAStepTakeTheSlowdownTimesItsHealthyTime) {
-  if (auto q = CpuQuota::Create("probe-" + std::to_string(getpid())); !q.ok())
-    GTEST_SKIP() << "cgroups cannot be written here: " << q.status().message();
+// Runs `body` in a forked child (a process of its own, so its quota is its
+// own) and returns what it returned; empty if the child failed.
+std::string InChild(const std::function<std::string()>& body) {
   int out[2];
-  ASSERT_EQ(pipe(out), 0);
+  if (pipe(out) != 0) return "";
   const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
+  if (pid < 0) return "";
   if (pid == 0) {
     close(out[0]);
-    char buf[256];
-    int n = 0;
-    {
-      ThrottledCompute c("gov-" + std::to_string(getpid()));
-      // The same CPU work every step, tens of milliseconds as a training
-      // step's compute is (a quota acts per period, a few milliseconds).
-      auto work = [] {
-        const auto t0 = std::chrono::steady_clock::now();
-        volatile uint64_t x = 0;
-        for (int i = 0; i < 100000000; ++i) x = x + i;
-        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      };
-      std::vector<double> healthy, slowed;
-      for (int step = 0; step < 26; ++step) {
-        if (step == 5) c.Slow(0, 3.0);
-        const double ms = work();
-        c.OnStep(ms);
-        if (step >= 1 && step < 5) healthy.push_back(ms);
-        if (step >= 16) slowed.push_back(ms);
-      }
-      std::sort(healthy.begin(), healthy.end());
-      std::sort(slowed.begin(), slowed.end());
-      const CpuStat st = c.Stat();
-      n = std::snprintf(buf, sizeof buf, "%f %f %lld %f %d", healthy[healthy.size() / 2], slowed[slowed.size() / 2],
-                        static_cast<long long>(st.throttled), c.limit_cores(), c.fallback().empty() ? 1 : 0);
-    }  // the quota goes with it
-    (void)!write(out[1], buf, static_cast<size_t>(n));
+    const std::string r = body();  // its objects are gone before _exit
+    (void)!write(out[1], r.data(), r.size());
     _exit(0);
   }
   close(out[1]);
@@ -124,11 +95,51 @@ TEST(ThrottledCompute, TheQuotaMakesAStepTakeTheSlowdownTimesItsHealthyTime) {
   close(out[0]);
   int status = 0;
   waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? std::string(buf) : "";
+}
+
+// One "step": the same CPU work every time, tens of milliseconds as a
+// training step's compute is (a quota acts per period, a few milliseconds).
+double WorkMs() {
+  const auto t0 = std::chrono::steady_clock::now();
+  volatile uint64_t x = 0;
+  for (int i = 0; i < 100000000; ++i) x = x + i;
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double MedianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// A straggler on the quota (faults/throttled_compute.h): a child runs
+// steps of fixed CPU work, healthy, then slowed 3x; the governor steers its
+// quota until a step takes about three times the healthy one. Without the
+// quota the steps would stay as they were (the margin fails then: the child
+// is a process of its own, nothing sleeps).
+TEST(ThrottledCompute, TheQuotaMakesAStepTakeTheSlowdownTimesItsHealthyTime) {
+  if (auto q = CpuQuota::Create("probe-" + std::to_string(getpid())); !q.ok())
+    GTEST_SKIP() << "cgroups cannot be written here: " << q.status().message();
+  const std::string got = InChild([] {
+    ThrottledCompute c("gov-" + std::to_string(getpid()));
+    std::vector<double> healthy, slowed;
+    for (int step = 0; step < 26; ++step) {
+      if (step == 5) c.Slow(0, 3.0);
+      const double ms = WorkMs();
+      c.OnStep(ms);
+      if (step >= 1 && step < 5) healthy.push_back(ms);
+      if (step >= 16) slowed.push_back(ms);
+    }
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%f %f %lld %f %d", MedianOf(healthy), MedianOf(slowed),
+                  static_cast<long long>(c.Stat().throttled), c.limit_cores(), c.fallback().empty() ? 1 : 0);
+    return std::string(buf);
+  });
   double healthy = 0, slowed = 0, cores = 0;
   long long throttled = 0;
   int quota_ok = 0;
-  ASSERT_EQ(std::sscanf(buf, "%lf %lf %lld %lf %d", &healthy, &slowed, &throttled, &cores, &quota_ok), 5) << buf;
+  ASSERT_EQ(std::sscanf(got.c_str(), "%lf %lf %lld %lf %d", &healthy, &slowed, &throttled, &cores, &quota_ok), 5)
+      << "the child said '" << got << "'";
   ASSERT_EQ(quota_ok, 1) << "the quota fell back to sleeping";
   RecordProperty("slowed_over_healthy", std::to_string(slowed / healthy));
   RecordProperty("limit_cores", std::to_string(cores));
@@ -145,57 +156,32 @@ TEST(ThrottledCompute, TheQuotaMakesAStepTakeTheSlowdownTimesItsHealthyTime) {
 TEST(ThrottledCompute, AFlappingSlowdownLiftsAndResumes) {
   if (auto q = CpuQuota::Create("probe-" + std::to_string(getpid())); !q.ok())
     GTEST_SKIP() << "cgroups cannot be written here: " << q.status().message();
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    close(out[0]);
-    char buf[256];
-    int n = 0;
-    {
-      ThrottledCompute c("flap-" + std::to_string(getpid()));
-      auto work = [] {
-        const auto t0 = std::chrono::steady_clock::now();
-        volatile uint64_t x = 0;
-        for (int i = 0; i < 100000000; ++i) x = x + i;
-        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      };
-      std::vector<double> healthy, on1, off, on2;
-      for (int step = 0; step < 44; ++step) {
-        if (step == 5 || step == 30) c.Slow(0, 3.0);
-        if (step == 22) c.Restore(0);
-        const double ms = work();
-        c.OnStep(ms);
-        if (step >= 1 && step < 5) healthy.push_back(ms);
-        if (step >= 14 && step < 22) on1.push_back(ms);
-        if (step >= 23 && step < 30) off.push_back(ms);
-        if (step >= 31) on2.push_back(ms);  // from its first step back
-      }
-      auto med = [](std::vector<double> v) {
-        std::sort(v.begin(), v.end());
-        return v[v.size() / 2];
-      };
-      n = std::snprintf(buf, sizeof buf, "%f %f %f %f", med(healthy), med(on1), med(off), med(on2));
+  const std::string got = InChild([] {
+    ThrottledCompute c("flap-" + std::to_string(getpid()));
+    std::vector<double> healthy, on1, off, on2;
+    for (int step = 0; step < 44; ++step) {
+      if (step == 5 || step == 30) c.Slow(0, 3.0);
+      if (step == 22) c.Restore(0);
+      const double ms = WorkMs();
+      c.OnStep(ms);
+      if (step >= 1 && step < 5) healthy.push_back(ms);
+      if (step >= 14 && step < 22) on1.push_back(ms);
+      if (step >= 23 && step < 30) off.push_back(ms);
+      if (step >= 31) on2.push_back(ms);  // from its first step back
     }
-    (void)!write(out[1], buf, static_cast<size_t>(n));
-    _exit(0);
-  }
-  close(out[1]);
-  char buf[256] = {};
-  (void)!read(out[0], buf, sizeof buf - 1);
-  close(out[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%f %f %f %f", MedianOf(healthy), MedianOf(on1), MedianOf(off), MedianOf(on2));
+    return std::string(buf);
+  });
   double healthy = 0, on1 = 0, off = 0, on2 = 0;
-  ASSERT_EQ(std::sscanf(buf, "%lf %lf %lf %lf", &healthy, &on1, &off, &on2), 4) << buf;
+  ASSERT_EQ(std::sscanf(got.c_str(), "%lf %lf %lf %lf", &healthy, &on1, &off, &on2), 4)
+      << "the child said '" << got << "'";
   RecordProperty("on_over_healthy", std::to_string(on1 / healthy));
   RecordProperty("off_over_healthy", std::to_string(off / healthy));
   RecordProperty("again_over_healthy", std::to_string(on2 / healthy));
-  EXPECT_GT(on1, 2.0 * healthy) << buf;
-  EXPECT_LT(off, 1.5 * healthy) << "recovered: the quota is lifted; " << buf;
-  EXPECT_GT(on2, 2.0 * healthy) << "slowed again, at once; " << buf;
+  EXPECT_GT(on1, 2.0 * healthy) << got;
+  EXPECT_LT(off, 1.5 * healthy) << "recovered: the quota is lifted; " << got;
+  EXPECT_GT(on2, 2.0 * healthy) << "slowed again, at once; " << got;
 }
 
 TEST(CpuQuota, LeftoversOfAKilledProcessAreRemoved) {
