@@ -1,57 +1,21 @@
-// The only translation unit that includes c10d. Every call into c10d/Gloo is
-// wrapped so that its exceptions become a Status naming rank, op, sequence
-// number and size: the learner reads these messages when a peer dies.
+// The store and the composition of backends. c10d appears here only for the
+// TCPStore (and its prefixes); the collectives are the backends' (backend.h).
 #include "agent/comm/process_group.h"
 
 #include <ATen/ATen.h>
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdio>
-#include <deque>
-#include <exception>
-#include <functional>
-#include <mutex>
 #include <string_view>
-#include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <vector>
 
+#include "agent/comm/decorators.h"
+#include "agent/comm/gloo_backend.h"
 #include "agent/comm/shm_transport.h"
 #include "collectives/collective.h"
 
 namespace firedrill::agent::comm {
-
-namespace {
-
-// c10::Error::what() carries a C++ backtrace; the learner needs the message.
-std::string Describe(std::exception_ptr ep) {
-  std::string msg;
-  try {
-    std::rethrow_exception(ep);
-  } catch (const c10::Error& e) {
-    msg = e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    msg = e.what();
-  } catch (...) {
-    msg = "unknown exception";
-  }
-  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-  return msg;
-}
-
-bool LooksLikeTimeout(const std::string& msg) {
-  return msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos;
-}
-
-Status CommError(const std::string& what, const std::string& cause) {
-  const std::string msg = what + " failed: " + cause;
-  return LooksLikeTimeout(cause) ? DeadlineExceeded(msg) : Unavailable(msg);
-}
-
-}  // namespace
 
 std::string FormatBytes(int64_t bytes) {
   char buf[32];
@@ -65,64 +29,22 @@ std::string FormatBytes(int64_t bytes) {
   return buf;
 }
 
+std::string Label(const CollectiveInfo& c) {
+  return "rank " + std::to_string(c.at.rank) + " step " + std::to_string(c.at.step) + ": " + c.op + " #" +
+         std::to_string(c.seq) + " (" + FormatBytes(c.bytes) + ")";
+}
+
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 namespace {
 
-// Launches that wait out a degraded link first (GroupOptions::link)
-// run here, one at a time in the order they were posted. While anything is
-// queued, later launches queue behind it, so every rank still hands its
-// collectives to the transport in the same order.
-class LinkQueue {
- public:
-  ~LinkQueue() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      quit_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
-  // Posts `fn` if `defer` or something is still queued; false: run it now.
-  bool PostIf(bool defer, std::function<void()> fn) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!defer && pending_ == 0) return false;
-    if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
-    queue_.push_back(std::move(fn));
-    ++pending_;
-    cv_.notify_all();
-    return true;
-  }
-  void Drain() {
-    std::unique_lock<std::mutex> lock(mu_);
-    idle_.wait(lock, [&] { return pending_ == 0; });
-  }
+int64_t Bytes(const at::Tensor& t) { return static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()); }
 
- private:
-  void Loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      cv_.wait(lock, [&] { return quit_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // quit, nothing left
-      auto fn = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      fn();
-      lock.lock();
-      if (--pending_ == 0) idle_.notify_all();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_, idle_;
-  std::deque<std::function<void()>> queue_;
-  int pending_ = 0;
-  bool quit_ = false;
-  std::thread thread_;
-};
-
-// What a rank moves over its link for one collective, as a ring would
-// (collectives/: one definition per collective).
-int64_t RingLinkBytes(const char* op, int64_t bytes, int world) {
-  const collectives::Collective* c = collectives::Find(op);
-  return c ? c->link_bytes(bytes, world) : bytes;
+Status Labelled(const CollectiveInfo& info, const std::string& peer_note, const Status& s) {
+  return Status(s.code(), Label(info) + peer_note + " failed: " + s.message());
 }
 
 }  // namespace
@@ -130,24 +52,46 @@ int64_t RingLinkBytes(const char* op, int64_t bytes, int world) {
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::TCPStore> store;
   c10::intrusive_ptr<c10d::Store> group_store;  // store, or a prefix of it
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
-  std::shared_ptr<ShmAllReduce> shm;
+  // This rank's link: launches deferred behind a degraded link, across both
+  // backends (their bytes cross the same link).
+  std::shared_ptr<LinkQueue> link = std::make_shared<LinkQueue>();
+  std::shared_ptr<Backend> gloo;       // decorated
+  std::shared_ptr<Backend> shm;        // decorated; null: everything on Gloo
+  std::shared_ptr<ShmAllReduce> region;  // shm's memory
   int shm_setups = 0;
-  // Declared last: destroyed first, so queued launches finish while the
-  // group they launch on still exists.
-  std::unique_ptr<LinkQueue> link = std::make_unique<LinkQueue>();
 };
+
+struct PendingCollective::State {
+  CollectiveInfo info;
+  at::Tensor tensor;  // kept alive while the collective may still use it
+  WorkPtr work;
+  std::chrono::steady_clock::time_point launched;
+  bool waited = false;
+  Status result;
+};
+
+PendingCollective::PendingCollective() = default;
+PendingCollective::~PendingCollective() = default;
+PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
+PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
+int64_t PendingCollective::seq() const { return state_ ? state_->info.seq : 0; }
+int64_t PendingCollective::bytes() const { return state_ ? state_->info.bytes : 0; }
+std::chrono::steady_clock::time_point PendingCollective::launched() const {
+  return state_ ? state_->launched : std::chrono::steady_clock::time_point{};
+}
+std::chrono::steady_clock::time_point PendingCollective::completed() const {
+  return state_ && state_->work ? state_->work->completed() : std::chrono::steady_clock::time_point{};
+}
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl, const GroupOptions& opts)
     : impl_(std::move(impl)), opts_(opts) {}
 
 ProcessGroup::~ProcessGroup() {
-  // Gloo's destructor drains its queue and joins threads; it must not throw
-  // out of a destructor even when peers are gone.
   try {
-    impl_->link.reset();  // launches still queued go out first
-    impl_->shm.reset();  // peers see this rank leave instead of timing out
-    impl_->pg.reset();
+    impl_->link->Drain();  // launches still queued go out first
+    impl_->shm.reset();   // peers see this rank leave instead of timing out
+    impl_->region.reset();
+    impl_->gloo.reset();
     impl_->store.reset();
   } catch (...) {
   }
@@ -195,189 +139,156 @@ StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::JoinStore(const GroupOptio
 
 int ProcessGroup::store_port() const { return impl_->store ? impl_->store->getPort() : 0; }
 
+
 Status ProcessGroup::Connect() {
-  try {
-    auto o = c10d::ProcessGroupGloo::Options::create(opts_.timeout);
-    o->devices.push_back(opts_.socket_ifname.empty()
-                             ? c10d::ProcessGroupGloo::createDeviceForHostname(opts_.device_host)
-                             : c10d::ProcessGroupGloo::createDeviceForInterface(opts_.socket_ifname));
-    // Gloo runs queued collectives one at a time on this thread, in the
-    // order they were started: gradient buckets launched from autograd hooks
-    // stay in the same order on every rank, and a second thread would only
-    // compete for the few cores the ranks share.
-    o->threads = 1;
-    c10::intrusive_ptr<c10d::Store> store = impl_->group_store;
-    if (!store) store = impl_->store;
-    impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, opts_.rank, opts_.world_size, o);
-  } catch (...) {
-    char timeout[32];
-    std::snprintf(timeout, sizeof timeout, "%.1f s", opts_.timeout.count() / 1e3);
-    return CommError("rank " + std::to_string(opts_.rank) + ": joining the process group (world " +
-                         std::to_string(opts_.world_size) + ", timeout " + timeout + ")",
-                     Describe(std::current_exception()));
-  }
+  GlooConfig cfg;
+  cfg.rank = opts_.rank;
+  cfg.world_size = opts_.world_size;
+  cfg.device_host = opts_.device_host;
+  cfg.ifname = opts_.socket_ifname;
+  cfg.timeout = opts_.timeout;
+  c10::intrusive_ptr<c10d::Store> store = impl_->group_store;
+  if (!store) store = impl_->store;
+  auto gloo = ConnectGloo(store, cfg);
+  if (!gloo.ok()) return gloo.status();
+  impl_->gloo = Decorate(std::move(gloo).value());
   return Status::Ok();
 }
 
-struct PendingCollective::State {
-  CollectiveInfo info;
-  at::Tensor tensor;
-  c10::intrusive_ptr<c10d::Work> work;  // Gloo
-  std::shared_ptr<ShmAllReduce> shm;    // or the shared-memory path
-  int64_t ticket = 0;
-  // A launch deferred behind a degraded link: set once it was handed to the
-  // transport (or failed to be).
-  std::mutex mu;
-  std::condition_variable cv;
-  bool handed = true;
-  Status launch_error;
-  std::chrono::steady_clock::time_point launched;
-  // Stamped by the backend's thread through the work's future, so that the
-  // time a collective really took is known even when nobody was waiting.
-  std::shared_ptr<std::atomic<int64_t>> completed_ns = std::make_shared<std::atomic<int64_t>>(0);
-  bool waited = false;
-};
-
-PendingCollective::PendingCollective() = default;
-PendingCollective::~PendingCollective() = default;
-PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
-PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
-int64_t PendingCollective::seq() const { return state_ ? state_->info.seq : 0; }
-int64_t PendingCollective::bytes() const { return state_ ? state_->info.bytes : 0; }
-std::chrono::steady_clock::time_point PendingCollective::launched() const {
-  return state_ ? state_->launched : std::chrono::steady_clock::time_point{};
-}
-std::chrono::steady_clock::time_point PendingCollective::completed() const {
-  if (!state_) return {};
-  return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(state_->completed_ns->load()));
+std::shared_ptr<Backend> ProcessGroup::Decorate(std::shared_ptr<Backend> bare) const {
+  // The recorder outside: a collective counts as started when this rank
+  // issued it, however long its link then holds it.
+  if (opts_.link) bare = WithLinkFaults(std::move(bare), opts_.link, impl_->link);
+  if (opts_.recorder) bare = WithFlightRecorder(std::move(bare), opts_.recorder);
+  return bare;
 }
 
-namespace {
-
-std::string Label(const CollectiveInfo& c) {
-  return "rank " + std::to_string(c.at.rank) + " step " + std::to_string(c.at.step) + ": " + c.op + " #" +
-         std::to_string(c.seq) + " (" + FormatBytes(c.bytes) + ")";
+CollectiveInfo ProcessGroup::Next(const char* op, int64_t bytes, int64_t step) {
+  const collectives::Collective* c = collectives::Find(op);
+  return CollectiveInfo{{opts_.rank, step}, op, ++seq_, bytes, c ? c->link_bytes(bytes, opts_.world_size) : bytes};
 }
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+StatusOr<PendingCollective> ProcessGroup::Post(Op op, const std::string& peer_note) {
+  if (!impl_->gloo) return FailedPrecondition(Label(op.info) + ": process group not connected");
+  Backend* b = impl_->shm && impl_->shm->Supports(op) ? impl_->shm.get() : impl_->gloo.get();
+  auto st = std::make_shared<PendingCollective::State>();
+  st->info = op.info;
+  st->tensor = op.tensor;
+  // The collective counts as started now, on every rank alike; a degraded
+  // link only makes this rank hand its part over later.
+  st->launched = std::chrono::steady_clock::now();
+  auto w = b->Post(op);
+  if (!w.ok()) return Labelled(op.info, peer_note, w.status());
+  st->work = std::move(w).value();
+  PendingCollective p;
+  p.state_ = std::move(st);
+  return p;
 }
 
-}  // namespace
+bool ProcessGroup::WaitFor(PendingCollective& pending, std::chrono::milliseconds timeout, Status* result) {
+  auto* st = pending.state_.get();
+  if (st == nullptr) {
+    *result = FailedPrecondition("rank " + std::to_string(opts_.rank) + ": waiting on no collective");
+    return true;
+  }
+  if (!st->waited) {
+    Status s;
+    if (!st->work->Wait(timeout, &s)) return false;
+    st->waited = true;
+    st->result = s.ok() ? s : Labelled(st->info, "", s);
+  }
+  *result = st->result;
+  return true;
+}
+
+Status ProcessGroup::Wait(PendingCollective& pending) {
+  Status s;
+  WaitFor(pending, kNoWaitLimit, &s);
+  return s;
+}
+
+Status ProcessGroup::Run(Op op, const std::string& peer_note) {
+  const CollectiveInfo info = op.info;
+  auto p = Post(std::move(op), peer_note);
+  if (!p.ok()) return p.status();
+  Status s;
+  p->state_->work->Wait(kNoWaitLimit, &s);
+  return s.ok() ? s : Labelled(info, peer_note, s);
+}
+
+StatusOr<PendingCollective> ProcessGroup::StartAllReduceSum(const at::Tensor& t, int64_t step, double prescale) {
+  Op op;
+  op.type = OpType::kAllReduce;
+  op.info = Next("allreduce", Bytes(t), step);
+  op.tensor = t;
+  op.prescale = prescale;
+  return Post(std::move(op));
+}
 
 Status ProcessGroup::AllReduceSum(at::Tensor& t, int64_t step) {
-  auto p = Start("allreduce", t, step, -1);
+  auto p = StartAllReduceSum(t, step);
   if (!p.ok()) return p.status();
   return Wait(*p);
 }
 
 Status ProcessGroup::Broadcast(at::Tensor& t, int root, int64_t step) {
-  auto p = Start("broadcast", t, step, root);
-  if (!p.ok()) return p.status();
-  return Wait(*p);
-}
-
-CollectiveInfo ProcessGroup::BeginSync(const char* op, int64_t bytes, int64_t link_bytes, int64_t step) {
-  const CollectiveInfo info{{opts_.rank, step}, op, ++seq_, bytes, link_bytes};
-  impl_->link->Drain();
-  if (opts_.link) {
-    const auto delay = opts_.link->DelayFor(info.link_bytes);
-    if (delay.count() > 0) std::this_thread::sleep_for(delay);
-  }
-  return info;
+  Op op;
+  op.type = OpType::kBroadcast;
+  op.info = Next("broadcast", Bytes(t), step);
+  op.tensor = t;
+  op.root = root;
+  return Run(std::move(op));
 }
 
 Status ProcessGroup::Barrier(int64_t step) {
-  const CollectiveInfo info = BeginSync("barrier", 0, 0, step);
-  if (!impl_->pg) return FailedPrecondition(Label(info) + ": process group not connected");
-  if (opts_.recorder) opts_.recorder->Started(info.seq, "barrier", 0, step, "gloo");
-  try {
-    c10d::BarrierOptions o;
-    o.timeout = opts_.timeout;
-    impl_->pg->monitoredBarrier(o, /*waitAllRanks=*/true);
-  } catch (...) {
-    const std::string cause = Describe(std::current_exception());
-    if (opts_.recorder) opts_.recorder->Finished(info.seq, cause);
-    return CommError(Label(info), cause);
-  }
-  if (opts_.recorder) opts_.recorder->Finished(info.seq, "");
-  return Status::Ok();
+  Op op;
+  op.type = OpType::kBarrier;
+  op.info = Next("barrier", 0, step);
+  return Run(std::move(op));
 }
 
-namespace {
-
-int64_t Bytes(const at::Tensor& t) { return static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()); }
-
-}  // namespace
-
 Status ProcessGroup::AllGather(const at::Tensor& in, at::Tensor& out, int64_t step) {
-  const int n = opts_.world_size;
-  const auto info = BeginSync("allgather", Bytes(out), RingLinkBytes("allgather", Bytes(out), n), step);
-  if (!impl_->pg) return FailedPrecondition(Label(info) + ": process group not connected");
-  if (in.dim() != 1 || out.dim() != 1 || out.numel() != in.numel() * n || !out.is_contiguous() ||
+  Op op;
+  op.type = OpType::kAllGather;
+  op.info = Next("allgather", Bytes(out), step);
+  if (in.dim() != 1 || out.dim() != 1 || out.numel() != in.numel() * opts_.world_size || !out.is_contiguous() ||
       !in.is_contiguous())
-    return InvalidArgument(Label(info) + ": output must hold world x input elements, both contiguous 1-D");
-  try {
-    std::vector<at::Tensor> inputs{in};
-    std::vector<std::vector<at::Tensor>> outputs(1);
-    for (int r = 0; r < n; ++r) outputs[0].push_back(out.narrow(0, r * in.numel(), in.numel()));
-    impl_->pg->allgather(outputs, inputs)->wait();
-  } catch (...) {
-    return CommError(Label(info), Describe(std::current_exception()));
-  }
-  return Status::Ok();
+    return InvalidArgument(Label(op.info) + ": output must hold world x input elements, both contiguous 1-D");
+  op.tensor = in;
+  op.out = out;
+  return Run(std::move(op));
 }
 
 Status ProcessGroup::ReduceScatterSum(const at::Tensor& in, at::Tensor& out, int64_t step) {
-  const int n = opts_.world_size;
-  const auto info = BeginSync("reducescatter", Bytes(in), RingLinkBytes("reducescatter", Bytes(in), n), step);
-  if (!impl_->pg) return FailedPrecondition(Label(info) + ": process group not connected");
-  if (in.dim() != 1 || out.dim() != 1 || in.numel() != out.numel() * n || !out.is_contiguous() ||
+  Op op;
+  op.type = OpType::kReduceScatter;
+  op.info = Next("reducescatter", Bytes(in), step);
+  if (in.dim() != 1 || out.dim() != 1 || in.numel() != out.numel() * opts_.world_size || !out.is_contiguous() ||
       !in.is_contiguous())
-    return InvalidArgument(Label(info) + ": input must hold world x output elements, both contiguous 1-D");
-  try {
-    // Part r of every rank lands on rank r, ordered by sender; summing the
-    // parts leaves this rank's slice of the reduction.
-    at::Tensor input = in;
-    at::Tensor gathered = at::empty_like(in);
-    std::vector<int64_t> equal;
-    impl_->pg->alltoall_base(gathered, input, equal, equal)->wait();
-    at::sum_out(out, gathered.view({n, out.numel()}), {0});
-  } catch (...) {
-    return CommError(Label(info), Describe(std::current_exception()));
-  }
-  return Status::Ok();
+    return InvalidArgument(Label(op.info) + ": input must hold world x output elements, both contiguous 1-D");
+  op.tensor = in;
+  op.out = out;
+  return Run(std::move(op));
 }
 
 Status ProcessGroup::Send(const at::Tensor& t, int peer, int tag, int64_t step) {
-  const auto info = BeginSync("send", Bytes(t), RingLinkBytes("send", Bytes(t), opts_.world_size), step);
-  if (!impl_->pg) return FailedPrecondition(Label(info) + ": process group not connected");
-  try {
-    std::vector<at::Tensor> args{t};
-    impl_->pg->send(args, peer, tag)->wait();
-  } catch (...) {
-    return CommError(Label(info) + " to rank " + std::to_string(peer), Describe(std::current_exception()));
-  }
-  return Status::Ok();
+  Op op;
+  op.type = OpType::kSend;
+  op.info = Next("send", Bytes(t), step);
+  op.tensor = t;
+  op.peer = peer;
+  op.tag = tag;
+  return Run(std::move(op), " to rank " + std::to_string(peer));
 }
 
 Status ProcessGroup::Recv(at::Tensor& t, int peer, int tag, int64_t step) {
-  if (!impl_->pg)
-    return FailedPrecondition("rank " + std::to_string(opts_.rank) + ": recv from rank " + std::to_string(peer) +
-                              ": process group not connected");
-  try {
-    std::vector<at::Tensor> args{t};
-    impl_->pg->recv(args, peer, tag)->wait();
-  } catch (...) {
-    const CollectiveInfo info{{opts_.rank, step}, "recv", ++seq_, Bytes(t),
-                              RingLinkBytes("recv", Bytes(t), opts_.world_size)};
-    return CommError(Label(info) + " from rank " + std::to_string(peer), Describe(std::current_exception()));
-  }
-  // The receiving side's link: the message is only usable once it crossed it.
-  BeginSync("recv", Bytes(t), RingLinkBytes("recv", Bytes(t), opts_.world_size), step);
-  return Status::Ok();
+  Op op;
+  op.type = OpType::kRecv;
+  op.info = Next("recv", Bytes(t), step);
+  op.tensor = t;
+  op.peer = peer;
+  op.tag = tag;
+  return Run(std::move(op), " from rank " + std::to_string(peer));
 }
 
 StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::NewGroup(const std::string& tag,
@@ -401,24 +312,18 @@ StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::NewGroup(const std::string
 StatusOr<std::vector<double>> ProcessGroup::RawGlooAllReduceUs(const std::string& tag,
                                                                 const std::vector<int64_t>& sizes, int warmup,
                                                                 int iters) {
-  std::vector<double> us;
+  GlooConfig cfg;
+  cfg.rank = opts_.rank;
+  cfg.world_size = opts_.world_size;
+  cfg.device_host = opts_.device_host;
+  cfg.timeout = opts_.timeout;
+  c10::intrusive_ptr<c10d::Store> store;
   try {
-    auto o = c10d::ProcessGroupGloo::Options::create(opts_.timeout);
-    o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(opts_.device_host));
-    o->threads = 1;
-    auto store = c10::make_intrusive<c10d::PrefixStore>(tag, impl_->store);
-    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, opts_.rank, opts_.world_size, o);
-    for (int64_t bytes : sizes) {
-      std::vector<at::Tensor> t{at::zeros({std::max<int64_t>(1, bytes / 4)}, at::kFloat)};
-      for (int i = 0; i < warmup; ++i) pg->allreduce(t)->wait();
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) pg->allreduce(t)->wait();
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters);
-    }
+    store = c10::make_intrusive<c10d::PrefixStore>(tag, impl_->store);
   } catch (...) {
-    return CommError("rank " + std::to_string(opts_.rank) + ": raw Gloo all-reduce", Describe(std::current_exception()));
+    return CommError("rank " + std::to_string(opts_.rank) + ": group " + tag, Describe(std::current_exception()));
   }
-  return us;
+  return comm::RawGlooAllReduceUs(store, cfg, sizes, warmup, iters);
 }
 
 StatusOr<bool> ProcessGroup::EnableSharedMemory(int64_t bytes_per_rank) {
@@ -450,15 +355,16 @@ StatusOr<bool> ProcessGroup::EnableSharedMemory(int64_t bytes_per_rank) {
     return Internal(who + ": " + Describe(std::current_exception()));
   }
   if (!shm.ok()) return Status(shm.status().code(), who + ": " + shm.status().message());
-  impl_->shm = std::move(shm).value();
+  impl_->region = std::move(shm).value();
+  impl_->shm = impl_->region ? Decorate(ShmBackend(impl_->region)) : nullptr;
   return impl_->shm != nullptr;
 }
 
 StatusOr<at::Tensor> ProcessGroup::AllocateShared(int64_t numel) {
-  if (!impl_->shm)
+  if (!impl_->region)
     return FailedPrecondition("rank " + std::to_string(opts_.rank) + ": shared memory is not enabled");
   std::shared_ptr<void> keep;
-  auto p = impl_->shm->Allocate(numel, &keep);
+  auto p = impl_->region->Allocate(numel, &keep);
   if (!p.ok()) return p.status();
   try {
     // The deleter holds the mapping: a tensor may outlive this group.
@@ -471,123 +377,5 @@ StatusOr<at::Tensor> ProcessGroup::AllocateShared(int64_t numel) {
 }
 
 bool ProcessGroup::shared_memory() const { return impl_->shm != nullptr; }
-
-StatusOr<PendingCollective> ProcessGroup::StartAllReduceSum(const at::Tensor& t, int64_t step,
-                                                            double prescale) {
-  return Start("allreduce", t, step, -1, prescale);
-}
-
-StatusOr<PendingCollective> ProcessGroup::Start(const char* op, const at::Tensor& t, int64_t step, int root,
-                                                double prescale) {
-  auto st = std::make_shared<PendingCollective::State>();
-  const int64_t bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
-  st->info = CollectiveInfo{{opts_.rank, step}, op, ++seq_, bytes,
-                                    RingLinkBytes(op, bytes, opts_.world_size)};
-  st->tensor = t;
-  if (!impl_->pg) return FailedPrecondition(Label(st->info) + ": process group not connected");
-  const bool via_shm = root < 0 && impl_->shm && t.scalar_type() == at::kFloat && t.is_contiguous() &&
-                       impl_->shm->Contains(t.data_ptr<float>(), t.numel());
-  const std::chrono::nanoseconds delay =
-      opts_.link ? opts_.link->DelayFor(st->info.link_bytes) : std::chrono::nanoseconds(0);
-  // The collective counts as started now, on every rank alike; a degraded
-  // link only makes this rank hand its part over later.
-  st->launched = std::chrono::steady_clock::now();
-  if (opts_.recorder) opts_.recorder->Started(st->info.seq, op, bytes, step, via_shm ? "shm" : "gloo");
-  st->handed = false;
-  const bool deferred = impl_->link->PostIf(delay.count() > 0, [this, st, delay, root, prescale] {
-    if (delay.count() > 0) std::this_thread::sleep_for(delay);
-    Status s = Launch(*st, root, prescale);
-    std::lock_guard<std::mutex> lock(st->mu);
-    st->launch_error = std::move(s);
-    st->handed = true;
-    st->cv.notify_all();
-  });
-  if (!deferred) {
-    st->handed = true;
-    if (Status s = Launch(*st, root, prescale); !s.ok()) {
-      if (opts_.recorder) opts_.recorder->Finished(st->info.seq, s.message());
-      return s;
-    }
-  }
-  PendingCollective p;
-  p.state_ = std::move(st);
-  return p;
-}
-
-Status ProcessGroup::Launch(PendingCollective::State& st, int root, double prescale) {
-  at::Tensor& t = st.tensor;
-  if (root < 0 && impl_->shm && t.scalar_type() == at::kFloat && t.is_contiguous() &&
-      impl_->shm->Contains(t.data_ptr<float>(), t.numel())) {
-    auto ticket = impl_->shm->Start(t.data_ptr<float>(), t.numel(), static_cast<float>(prescale));
-    if (!ticket.ok()) {
-      return Status(ticket.status().code(), Label(st.info) + " failed: " + ticket.status().message());
-    }
-    st.shm = impl_->shm;
-    st.ticket = *ticket;
-    return Status::Ok();
-  }
-  try {
-    std::vector<at::Tensor> args{t};
-    if (prescale != 1.0) args[0].mul_(prescale);
-    if (root < 0) {
-      c10d::AllreduceOptions o;
-      o.reduceOp = c10d::ReduceOp::SUM;
-      st.work = impl_->pg->allreduce(args, o);
-    } else {
-      c10d::BroadcastOptions o;
-      o.rootRank = root;
-      st.work = impl_->pg->broadcast(args, o);
-    }
-    try {
-      // Runs on Gloo's thread when the collective ends (or at once if it
-      // already has). Holds only the timestamp, not the work: no cycle.
-      st.work->getFuture()->addCallback(
-          [done = st.completed_ns](c10::ivalue::Future&) { done->store(NowNs()); });
-    } catch (...) {
-      // A work without a future: Wait() stamps the time instead.
-    }
-  } catch (...) {
-    return CommError(Label(st.info), Describe(std::current_exception()));
-  }
-  return Status::Ok();
-}
-
-Status ProcessGroup::Wait(PendingCollective& pending) {
-  auto* st = pending.state_.get();
-  if (st == nullptr)
-    return FailedPrecondition("rank " + std::to_string(opts_.rank) + ": waiting on no collective");
-  if (st->waited) return Status::Ok();
-  st->waited = true;
-  {
-    std::unique_lock<std::mutex> lock(st->mu);
-    st->cv.wait(lock, [&] { return st->handed; });
-    if (!st->launch_error.ok()) {
-      if (opts_.recorder) opts_.recorder->Finished(st->info.seq, st->launch_error.message());
-      return st->launch_error;
-    }
-  }
-  if (st->shm) {
-    int64_t done_ns = 0;
-    Status s = st->shm->Wait(st->ticket, &done_ns);
-    // The transport's code says what happened: a peer gone (Unavailable),
-    // too slow (DeadlineExceeded) or out of step (Aborted, a desync).
-    if (!s.ok()) {
-      if (opts_.recorder) opts_.recorder->Finished(st->info.seq, s.message());
-      return Status(s.code(), Label(st->info) + " failed: " + s.message());
-    }
-    st->completed_ns->store(done_ns);
-  } else {
-    try {
-      st->work->wait();
-    } catch (...) {
-      const std::string cause = Describe(std::current_exception());
-      if (opts_.recorder) opts_.recorder->Finished(st->info.seq, cause);
-      return CommError(Label(st->info), cause);
-    }
-  }
-  if (opts_.recorder) opts_.recorder->Finished(st->info.seq, "");
-  if (st->completed_ns->load() == 0) st->completed_ns->store(NowNs());
-  return Status::Ok();
-}
 
 }  // namespace firedrill::agent::comm

@@ -1,7 +1,10 @@
-// The agent's only door to c10d: a TCPStore for rendezvous and a Gloo process
-// group for collectives. This header stays free of c10d so that the c10d API
-// (which differs between LibTorch 1.13 here and 2.x on GPU machines) is
-// confined to process_group.cc. Errors come back as Status, never exceptions.
+// The agent's only door to c10d: a TCPStore for rendezvous and a stack of
+// backends for collectives (backend.h): Gloo for everything, shared memory
+// for the all-reduces of buffers in its region when every rank has one, each
+// under the decorators this rank needs (decorators.h: the flight recorder,
+// link faults). This header stays free of c10d so that the c10d API (which
+// differs between LibTorch 1.13 here and 2.x on GPU machines) is confined to
+// agent/comm/*.cc. Errors come back as Status, never exceptions.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -13,25 +16,11 @@
 #include <vector>
 
 #include "common/status.h"
+#include "agent/comm/backend.h"
 #include "agent/comm/flight_recorder.h"
 #include "faults/seams.h"
 
 namespace firedrill::agent::comm {
-
-// One collective as this rank issues it: labels for errors, the flight
-// recorder and the link model.
-struct CollectiveInfo {
-  struct {
-    int rank = 0;
-    int64_t step = 0;
-  } at;
-  const char* op = "";  // "allreduce", "broadcast", "allgather", "reducescatter", "send", "recv", "barrier"
-  int64_t seq = 0;      // per-rank collective sequence number
-  int64_t bytes = 0;    // the tensor's size
-  // What this rank moves over its link for the collective, as a ring
-  // algorithm would (collectives/: each collective's link_bytes).
-  int64_t link_bytes = 0;
-};
 
 struct GroupOptions {
   int rank = 0;
@@ -43,10 +32,8 @@ struct GroupOptions {
   std::chrono::milliseconds timeout{30000};
   // This rank's link seam (faults/seams.h), may be null: while a fault
   // degrades it, each collective waits its delay before this rank hands its
-  // part to the transport (asynchronous all-reduces: on a launch thread, so
-  // backward is not held up; synchronous ones such as barriers and probe
-  // collectives: on the calling thread; a receive: after the data arrived),
-  // so every rank sees the collective finish late.
+  // part to the transport (WithLinkFaults in decorators.h), so every rank
+  // sees the collective finish late.
   const faults::LinkModel* link = nullptr;
   // Lets EnableSharedMemory() take the shared-memory path when every rank
   // can (see shm_transport.h). Off on any rank keeps all ranks on Gloo.
@@ -115,11 +102,13 @@ class ProcessGroup {
   // order they were started (the same order on every rank keeps them
   // matched). Wait() blocks until it finished, fires AfterCollective and
   // turns a backend failure into a Status like the synchronous calls'.
+  // WaitFor() gives up after `timeout` (false: still running; wait again).
   // Each rank's values are first multiplied by `prescale` (DDP's divide by
   // world size before the sum): in place before Gloo, or fused into the
   // reduction on the shared-memory path.
   StatusOr<PendingCollective> StartAllReduceSum(const at::Tensor& t, int64_t step, double prescale = 1.0);
   Status Wait(PendingCollective& pending);
+  bool WaitFor(PendingCollective& pending, std::chrono::milliseconds timeout, Status* result);
 
   // Collective: sets up a shared-memory region of `bytes_per_rank` for
   // all-reduces among ranks on this host (shm_transport.h). True when every
@@ -168,20 +157,18 @@ class ProcessGroup {
  private:
   struct Impl;
   explicit ProcessGroup(std::unique_ptr<Impl> impl, const GroupOptions& opts);
-  // root < 0: all-reduce (sum); otherwise broadcast from root.
-  StatusOr<PendingCollective> Start(const char* op, const at::Tensor& t, int64_t step, int root,
-                                    double prescale = 1.0);
-  // Hands a started collective to the transport (shared memory or Gloo).
-  Status Launch(PendingCollective::State& st, int root, double prescale);
-  // For the synchronous ops: waits until every deferred launch was handed
-  // over, then this rank's link delay for `info`, on the calling thread.
-  CollectiveInfo BeginSync(const char* op, int64_t bytes, int64_t link_bytes, int64_t step);
+  // The next collective's sequence number and labels.
+  CollectiveInfo Next(const char* op, int64_t bytes, int64_t step);
+  // Posts `op` on the backend that runs it (shared memory when it can).
+  StatusOr<PendingCollective> Post(Op op, const std::string& peer_note = "");
+  // Waits without a limit of its own; errors labelled with `op.info` and
+  // `peer_note` (" to rank 2").
+  Status Run(Op op, const std::string& peer_note = "");
+  // Wraps a bare backend in the decorators this group's options ask for.
+  std::shared_ptr<Backend> Decorate(std::shared_ptr<Backend> bare) const;
   std::unique_ptr<Impl> impl_;
   GroupOptions opts_;
   int64_t seq_ = 0;
 };
-
-// "512 B", "3.4 kB", "2.1 MB": sizes as errors and logs print them.
-std::string FormatBytes(int64_t bytes);
 
 }  // namespace firedrill::agent::comm

@@ -413,14 +413,76 @@ StatusOr<int64_t> ShmAllReduce::Start(const float* data, int64_t numel, float pr
 }
 
 Status ShmAllReduce::Wait(int64_t ticket, int64_t* completed_ns) {
+  Status s;
+  WaitFor(ticket, std::chrono::milliseconds(-1), &s, completed_ns);
+  return s;
+}
+
+bool ShmAllReduce::WaitFor(int64_t ticket, std::chrono::milliseconds timeout, Status* result,
+                           int64_t* completed_ns) {
   Impl& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
-  m.cv.wait(lock, [&] { return m.completed >= ticket || !m.failed.ok(); });
+  const auto finished = [&] { return m.completed >= ticket || !m.failed.ok(); };
+  if (timeout.count() < 0) {
+    m.cv.wait(lock, finished);
+  } else if (!m.cv.wait_for(lock, timeout, finished)) {
+    return false;
+  }
   if (m.completed >= ticket) {
     if (completed_ns) *completed_ns = m.completed_ns[ticket % kRing];
-    return Status::Ok();
+    *result = Status::Ok();
+  } else {
+    *result = m.failed;
   }
-  return m.failed;
+  return true;
+}
+
+namespace {
+
+class ShmWork : public Work {
+ public:
+  ShmWork(std::shared_ptr<ShmAllReduce> shm, int64_t ticket) : shm_(std::move(shm)), ticket_(ticket) {}
+  bool Wait(std::chrono::milliseconds timeout, Status* result) override {
+    int64_t ns = 0;
+    if (!shm_->WaitFor(ticket_, timeout, result, &ns)) return false;
+    if (result->ok()) done_ns_.store(ns);
+    return true;
+  }
+  std::chrono::steady_clock::time_point completed() const override {
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(done_ns_.load()));
+  }
+
+ private:
+  std::shared_ptr<ShmAllReduce> shm_;
+  int64_t ticket_;
+  std::atomic<int64_t> done_ns_{0};
+};
+
+class ShmBackendImpl : public Backend {
+ public:
+  explicit ShmBackendImpl(std::shared_ptr<ShmAllReduce> shm) : shm_(std::move(shm)) {}
+  const char* name() const override { return "shm"; }
+  bool Supports(const Op& op) const override {
+    const at::Tensor& t = op.tensor;
+    return op.type == OpType::kAllReduce && t.scalar_type() == at::kFloat && t.is_contiguous() &&
+           shm_->Contains(t.data_ptr<float>(), t.numel());
+  }
+  StatusOr<WorkPtr> Post(const Op& op) override {
+    // The transport's code says what happened: a peer gone (Unavailable),
+    // too slow (DeadlineExceeded) or out of step (Aborted, a desync).
+    auto ticket = shm_->Start(op.tensor.data_ptr<float>(), op.tensor.numel(), static_cast<float>(op.prescale));
+    if (!ticket.ok()) return ticket.status();
+    return WorkPtr(std::make_shared<ShmWork>(shm_, *ticket));
+  }
+
+ private:
+  std::shared_ptr<ShmAllReduce> shm_;
+};
+
+}  // namespace
+
+std::shared_ptr<Backend> ShmBackend(std::shared_ptr<ShmAllReduce> shm) {
+  return std::make_shared<ShmBackendImpl>(std::move(shm));
 }
 
 }  // namespace firedrill::agent::comm

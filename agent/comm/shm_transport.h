@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "agent/comm/backend.h"
 #include "common/status.h"
 
 namespace firedrill::agent::comm {
@@ -59,6 +60,9 @@ class ShmAllReduce {
   // it completed (steady clock, ns). A peer that left, died or fell behind by
   // more than the timeout fails it, and every later one.
   Status Wait(int64_t ticket, int64_t* completed_ns);
+  // The same within `timeout` (negative: none of its own): false while the
+  // collective is still running then.
+  bool WaitFor(int64_t ticket, std::chrono::milliseconds timeout, Status* result, int64_t* completed_ns);
 
   struct Impl;
 
@@ -66,5 +70,9 @@ class ShmAllReduce {
   explicit ShmAllReduce(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// The shared-memory backend (backend.h): runs the all-reduces of fp32
+// tensors inside `shm`'s region and nothing else.
+std::shared_ptr<Backend> ShmBackend(std::shared_ptr<ShmAllReduce> shm);
 
 }  // namespace firedrill::agent::comm
