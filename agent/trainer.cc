@@ -28,6 +28,7 @@
 #include "agent/reducer.h"
 #include "agent/train_state.h"
 #include "common/rng.h"
+#include "faults/cpu_quota.h"
 #include "faults/runner.h"
 #include "faults/seams.h"
 #include "faults/shaped_link.h"
@@ -37,6 +38,32 @@
 namespace firedrill::agent {
 
 namespace {
+
+// The calling thread's time on a CPU and runnable but waiting for one, from
+// the scheduler's own counters (zeros where the kernel has no schedstat).
+struct SchedTimes {
+  int64_t cpu_ns = 0, wait_ns = 0;
+};
+SchedTimes ThreadSchedTimes() {
+  std::ifstream in("/proc/thread-self/schedstat");
+  SchedTimes t;
+  in >> t.cpu_ns >> t.wait_ns;
+  return t;
+}
+
+void FillCpuThrottling(v1::CpuThrottling* c) {
+  auto l = faults::ReadThreadCpuLimit();
+  c->set_available(l.ok());
+  if (!l.ok()) {
+    c->set_error(l.status().message());
+    return;
+  }
+  c->set_quota_us(l->quota_us);
+  c->set_period_us(l->period_us);
+  c->set_nr_periods(l->stat.periods);
+  c->set_nr_throttled(l->stat.throttled);
+  c->set_throttled_ns(static_cast<int64_t>(l->stat.throttled_s * 1e9));
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -412,6 +439,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
   try {
     for (; step < end; ++step) {
       const auto t_step = Clock::now();
+      const SchedTimes sched0 = telemetry ? ThreadSchedTimes() : SchedTimes{};
       if (Status st = faults->At(step, seams); !st.ok())
         return WithPrefix(who + " step " + std::to_string(step) + ": ", st);
       // Slow storage (a fault) reaches the batches made from now on; those
@@ -604,6 +632,10 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
                                    .count());
         report.set_start_unix_ns(report.end_unix_ns() - static_cast<int64_t>(step_ms * 1e6));
         report.set_collective_seq(pg.seq());
+        const SchedTimes sched1 = ThreadSchedTimes();
+        report.set_thread_cpu_ns(sched1.cpu_ns - sched0.cpu_ns);
+        report.set_thread_wait_ns(sched1.wait_ns - sched0.wait_ns);
+        FillCpuThrottling(report.mutable_cpu());
         on_step(report);
       }
       if (rs.probe) RunProbes(pg, step + 1, stop);

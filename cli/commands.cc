@@ -16,6 +16,7 @@
 #include "cli/autopilot.h"
 #include "cli/demo.h"
 #include "cli/local_controller.h"
+#include "cli/node.h"
 #include "cli/output.h"
 #include "cli/flight_recorder.h"
 #include "cli/probe.h"
@@ -137,6 +138,22 @@ int CmdTrace(CliContext& ctx, DrillClient& client, const std::string& id, const 
     *ctx.out << "wrote " << path << ": steps " << lo << ".." << hi << " of the " << tr->run() << " run, "
              << tr->ranks_size() << " ranks; open it in https://ui.perfetto.dev or chrome://tracing\n";
   }
+  return 0;
+}
+
+int CmdNode(CliContext& ctx, DrillClient& client, const std::string& id, int rank, int steps) {
+  v1::GetTraceRequest req;
+  req.set_session_id(id);
+  req.set_last(steps);
+  auto tr = client.GetTrace(req);
+  if (!tr.ok()) return Fail(ctx, tr.status());
+  const std::vector<NodeView> views = NodeViews(*tr, rank);
+  if (views.empty())
+    return Fail(ctx, NotFound(rank >= 0 ? "rank " + std::to_string(rank) + " is not in this job (" +
+                                              std::to_string(tr->ranks_size()) + " ranks)"
+                                        : "no rank has reported a step of the " + tr->run() + " run yet"));
+  if (ctx.json) *ctx.out << NodeJson(*tr, views) << "\n";
+  else PrintNode(*tr, views, *ctx.out);
   return 0;
 }
 
@@ -265,6 +282,13 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   trace->add_option("-o,--output", trace_out, "file to write")->required();
   trace->add_option("--steps", trace_steps, "FROM:TO (TO exclusive) or FROM: (default: the last 20 steps)");
 
+  int node_rank = -1, node_steps = 20;
+  auto* node = app.add_subcommand(
+      "node", "each rank's host CPU: bandwidth limit, throttling, where the training thread's steps went "
+              "(as nvidia-smi -q -d PERFORMANCE for a GPU)");
+  node->add_option("--rank", node_rank, "one rank (default: every rank)");
+  node->add_option("--steps", node_steps, "over the last N steps")->capture_default_str()->check(CLI::Range(2, 1000));
+
   std::vector<std::string> causes;
   std::string note;
   std::vector<int> ranks;
@@ -384,6 +408,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     return PrintOr(ctx, ProbeWithProgress(client, req), &PrintProbe);
   }
   if (trace->parsed()) return CmdTrace(ctx, client, *id, trace_out, trace_steps);
+  if (node->parsed()) return CmdNode(ctx, client, *id, node_rank, node_steps);
   if (config->parsed()) {
     auto st = client.GetStatus(*id);
     if (!st.ok()) return Fail(ctx, st.status());

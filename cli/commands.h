@@ -1,5 +1,5 @@
 // The firedrill command line: parsing, dispatch, and each subcommand.
-//   commands.cc          parsing, dispatch, the read-only views (logs, top, trace, fr, probe, config)
+//   commands.cc          parsing, dispatch, the read-only views (logs, top, trace, node, fr, probe, config)
 //   session_commands.cc  start, diagnose, fix, hint, score, end, scenarios show, causes
 //   context.cc           which controller and state dir, the current session, errors
 #pragma once

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -71,9 +72,10 @@ bool HasWord(const std::string& path, const std::string& word) {
   return false;
 }
 
-// This process's cgroup under the cpu controller (relative to its mount).
-std::string OwnCgroup(bool v2) {
-  std::ifstream in("/proc/self/cgroup");
+// This process's (or, from /proc/thread-self/cgroup, this thread's) cgroup
+// under the cpu controller, relative to the hierarchy's root.
+std::string OwnCgroup(bool v2, const char* file = "/proc/self/cgroup") {
+  std::ifstream in(file);
   std::string line;
   while (std::getline(in, line)) {
     const auto a = line.find(':'), b = line.find(':', a + 1);
@@ -201,9 +203,36 @@ Status CpuQuota::Unlimit() {
   return Status::Ok();
 }
 
-StatusOr<CpuStat> CpuQuota::Stat() const {
-  std::ifstream in(path_ + "/cpu.stat");
-  if (!in) return Unavailable("cannot read " + path_ + "/cpu.stat");
+StatusOr<CpuStat> CpuQuota::Stat() const { return ReadCpuStat(path_); }
+
+StatusOr<CpuLimit> ReadThreadCpuLimit() {
+  static const Mount m = CpuMount();  // read once: trainers call this every step
+  if (m.dir.empty()) return Unavailable("no cgroup cpu controller is mounted");
+  std::string rel = OwnCgroup(m.v2, "/proc/thread-self/cgroup");
+  // A mount of a sub-hierarchy (a container's) shows paths below its root.
+  if (m.root != "/" && rel.rfind(m.root, 0) == 0) rel = rel.substr(m.root.size());
+  const std::string dir = m.dir + (rel == "/" ? "" : rel);
+  CpuLimit l;
+  l.v2 = m.v2;
+  if (m.v2) {
+    std::ifstream max(dir + "/cpu.max");  // "max 100000" or "25000 100000"; absent at the root
+    std::string quota;
+    if (max >> quota >> l.period_us && quota != "max") l.quota_us = std::atoll(quota.c_str());
+  } else {
+    std::ifstream quota(dir + "/cpu.cfs_quota_us"), period(dir + "/cpu.cfs_period_us");
+    quota >> l.quota_us;
+    period >> l.period_us;
+    if (l.quota_us <= 0) l.quota_us = -1;
+  }
+  auto st = ReadCpuStat(dir);
+  if (!st.ok()) return st.status();
+  l.stat = *st;
+  return l;
+}
+
+StatusOr<CpuStat> ReadCpuStat(const std::string& dir) {
+  std::ifstream in(dir + "/cpu.stat");
+  if (!in) return Unavailable("cannot read " + dir + "/cpu.stat");
   CpuStat s;
   std::string key;
   int64_t v = 0;
@@ -216,20 +245,65 @@ StatusOr<CpuStat> CpuQuota::Stat() const {
   return s;
 }
 
+namespace {
+
+// When process `pid` started (seconds since the epoch; 0 if unknown), from
+// its start in clock ticks since boot (/proc/PID/stat) and the boot time
+// (/proc/stat btime, whole seconds: good to about a second).
+double ProcessStartUnix(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return 0;
+  const auto close = line.rfind(')');  // the command may hold spaces and parentheses
+  if (close == std::string::npos) return 0;
+  std::istringstream f(line.substr(close + 2));
+  std::string field;
+  for (int i = 3; i < 22 && f >> field; ++i) {
+  }
+  long long ticks = 0;
+  if (!(f >> ticks)) return 0;  // field 22: starttime
+  std::ifstream boot("/proc/stat");
+  std::string key;
+  long long btime = 0;
+  while (boot >> key) {
+    if (key == "btime") {
+      boot >> btime;
+      break;
+    }
+    std::getline(boot, line);
+  }
+  const long hz = sysconf(_SC_CLK_TCK);
+  return btime > 0 && hz > 0 ? double(btime) + double(ticks) / double(hz) : 0;
+}
+
+// Whether the live process `pid` can be the one that made `dir`: a process
+// that started after the directory last changed reuses a dead owner's pid.
+bool MayOwn(pid_t pid, const fs::path& dir) {
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) return true;
+  const double started = ProcessStartUnix(pid);
+  return started == 0 || started <= double(st.st_ctim.tv_sec) + 2.0;  // 2 s: btime's rounding
+}
+
+}  // namespace
+
 int CpuQuota::CleanLeftovers() {
   const Mount m = CpuMount();
   if (m.dir.empty()) return 0;
   std::error_code ec;
   int n = 0;
   // rmdir(2) removes only cgroups with no process left in them; one named
-  // for a live process (<name>-<pid>) may be about to be joined: left alone.
+  // for a live process (<name>-<pid>) may be about to be joined: left alone,
+  // unless that process started after the cgroup was made (a reused pid).
   static const std::regex owned(".*-([0-9]{1,10})");
   for (const auto& e : fs::directory_iterator(m.dir + "/firedrill", ec)) {
     if (!e.is_directory()) continue;
     std::smatch pid;
     const std::string name = e.path().filename().string();
-    if (std::regex_match(name, pid, owned) && (kill(static_cast<pid_t>(std::stoll(pid[1].str())), 0) == 0 || errno == EPERM))
-      continue;
+    if (std::regex_match(name, pid, owned)) {
+      const auto p = static_cast<pid_t>(std::stoll(pid[1].str()));
+      if ((kill(p, 0) == 0 || errno == EPERM) && MayOwn(p, e.path())) continue;
+    }
     if (rmdir(e.path().c_str()) == 0) ++n;
   }
   rmdir((m.dir + "/firedrill").c_str());

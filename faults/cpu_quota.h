@@ -24,6 +24,22 @@ struct CpuStat {
   double throttled_s = 0; // total time throttled
 };
 
+// The CPU bandwidth limit over the calling thread and its cgroup's
+// throttling counters, as `cat cpu.max cpu.stat` (or v1's cpu.cfs_quota_us,
+// cpu.cfs_period_us, cpu.stat) in its cgroup would show them: a host's
+// counterpart of nvidia-smi's clock event reasons. The thread's own cgroup:
+// under v1 a thread may sit in another than its process.
+struct CpuLimit {
+  bool v2 = false;
+  int64_t quota_us = -1;  // per period; -1: no limit
+  int64_t period_us = 0;
+  CpuStat stat;
+  double cores() const { return quota_us > 0 && period_us > 0 ? double(quota_us) / double(period_us) : 0.0; }
+};
+StatusOr<CpuLimit> ReadThreadCpuLimit();
+// The counters in `dir`/cpu.stat of a cgroup of the cpu controller.
+StatusOr<CpuStat> ReadCpuStat(const std::string& dir);
+
 class CpuQuota {
  public:
   // Where the cpu controller is mounted and writable: makes

@@ -17,7 +17,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace firedrill::faults {
@@ -214,6 +216,58 @@ TEST(CpuQuota, LeftoversOfAKilledProcessAreRemoved) {
   EXPECT_GE(CpuQuota::CleanLeftovers(), 1);
   EXPECT_FALSE(std::filesystem::exists(path)) << "the killed process's";
   EXPECT_TRUE(std::filesystem::exists((*live)->path())) << "a live process's";
+}
+
+// What `firedrill node` shows comes from here: the limit over the calling
+// thread and its cgroup's counters. A thread that joined a quota reads the
+// quota and counts throttled periods; another thread of the same process
+// (v1: threads join alone) reads no limit.
+TEST(CpuQuota, AThreadReadsTheLimitAndCountersOfItsOwnCgroup) {
+  auto q = CpuQuota::Create("probe-" + std::to_string(getpid()));
+  if (!q.ok()) GTEST_SKIP() << "cgroups cannot be written here: " << q.status().message();
+  const bool v2 = (*q)->v2();
+  q->reset();
+  const std::string got = InChild([v2] {
+    auto before = ReadThreadCpuLimit();
+    // A thread that exists before the join (a new thread starts in its
+    // creator's cgroup): it reads once the training thread has joined.
+    std::promise<void> joined_promise;
+    StatusOr<CpuLimit> other = InvalidArgument("not read");
+    std::thread reader([&, joined = joined_promise.get_future()]() mutable {
+      joined.wait();
+      other = ReadThreadCpuLimit();
+    });
+    auto c = CpuQuota::Create("probe-" + std::to_string(getpid()));
+    Status joined = !before.ok() || !c.ok()      ? Internal("setup failed")
+                    : !(*c)->Limit(0.2).ok() ? Internal("limit failed")
+                    : v2                     ? (*c)->Join()
+                                             : (*c)->JoinThisThread();
+    joined_promise.set_value();
+    reader.join();
+    if (!joined.ok()) return joined.message();
+    WorkMs();
+    auto after = ReadThreadCpuLimit();
+    if (!after.ok() || !other.ok()) return std::string("read failed");
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "%lld %.3f %lld %lld %.3f %lld", static_cast<long long>(before->quota_us),
+                  after->cores(), static_cast<long long>(after->stat.throttled - before->stat.throttled),
+                  static_cast<long long>(after->stat.periods), after->stat.throttled_s,
+                  static_cast<long long>(other->quota_us));
+    return std::string(buf);
+  });
+  long long before_quota = 0, throttled = 0, periods = 0, other_quota = 0;
+  double cores = 0, throttled_s = 0;
+  ASSERT_EQ(std::sscanf(got.c_str(), "%lld %lf %lld %lld %lf %lld", &before_quota, &cores, &throttled, &periods,
+                        &throttled_s, &other_quota), 6)
+      << got;
+  EXPECT_EQ(before_quota, -1) << "outside the quota: no limit";
+  EXPECT_NEAR(cores, 0.2, 0.01);
+  EXPECT_GT(throttled, 0) << "a busy thread under 0.2 CPU is throttled";
+  EXPECT_GE(periods, throttled);
+  EXPECT_GT(throttled_s, 0);
+  if (!v2) {
+    EXPECT_EQ(other_quota, -1) << "the thread that did not join";
+  }
 }
 
 TEST(CpuQuota, RefusesNamesThatAreNotPlain) {
