@@ -1,5 +1,10 @@
 #include "faults/shaped_link.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -33,7 +38,44 @@ void ShapedLink::Restore(FaultId id) {
   Reshape();
 }
 
+namespace {
+
+// One ShapedLink at a time owns an interface of a network namespace: a lock
+// file per namespace and interface, held while it lives (and dropped by the
+// kernel when its process dies). >= 0: the lock's fd; -1: another one holds
+// it; -2: no lock can be taken here (then nothing guards the interface).
+int LockInterface(const std::string& ifname, std::string* path) {
+  struct stat ns {};
+  if (stat("/proc/thread-self/ns/net", &ns) != 0) return -2;  // this thread's namespace (RunIn sets a thread's)
+  const std::string dir = "/run/firedrill";
+  mkdir(dir.c_str(), 0700);
+  *path = dir + "/link-" + std::to_string(ns.st_ino) + "-" + ifname + ".lock";
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int fd = open(path->c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return -2;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      close(fd);
+      return -1;
+    }
+    // The owner before us unlinks the file as it goes: a lock on a file no
+    // longer at `path` guards nothing, so try the one there now.
+    struct stat held {}, now {};
+    if (fstat(fd, &held) == 0 && stat(path->c_str(), &now) == 0 && held.st_ino == now.st_ino) return fd;
+    close(fd);
+  }
+  return -2;
+}
+
+}  // namespace
+
 ShapedLink::ShapedLink(std::string ifname) : ifname_(std::move(ifname)) {
+  // Two agents on one host (ranks sharing its interface) must not undo each
+  // other's qdisc: the second waits its bytes out instead.
+  lock_fd_ = LockInterface(ifname_, &lock_path_);
+  if (lock_fd_ == -1) {
+    not_owner_ = "another agent on this host shapes " + ifname_;
+    return;
+  }
   // What a killed run left on the interface (a remote agent's host outlives
   // its runs): our tbf, our ingress redirect and ifb. Nothing else is ours.
   auto root = RunCommand({"tc", "qdisc", "show", "dev", ifname_, "root"});
@@ -56,6 +98,10 @@ std::string ShapedLink::Capability(const std::string& ifname) {
 
 ShapedLink::~ShapedLink() {
   if (shaped_) Unshape();
+  if (lock_fd_ >= 0) {
+    unlink(lock_path_.c_str());  // before the lock goes: see LockInterface
+    close(lock_fd_);
+  }
 }
 
 std::string ShapedLink::IfbName() const { return ("ifb-" + ifname_).substr(0, 15); }
@@ -95,7 +141,7 @@ void ShapedLink::Reshape() {
     if (shaped_) Unshape();
     return;
   }
-  if (Status st = RunChecked(TbfCommand(ifname_, bw)); !st.ok()) {
+  if (Status st = not_owner_.empty() ? RunChecked(TbfCommand(ifname_, bw)) : Unavailable(not_owner_); !st.ok()) {
     // LinkModel waits the bytes out instead, and nothing of ours may stay
     // on the interface to slow it twice. Not logged: only the bad host
     // would say it (Capability() speaks for every host alike).

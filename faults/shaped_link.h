@@ -11,7 +11,9 @@
 //
 // Only for an interface that is the host's alone (eth0 in a host's network
 // namespace, see controller/netns_fabric.h): a qdisc on a shared interface
-// would slow every host.
+// would slow every host. Of several agents on one host (ranks sharing its
+// interface), the first to make one shapes it; the others wait their bytes
+// out (fallback() says so), so that none takes another's qdisc off.
 #pragma once
 
 #include <string>
@@ -55,6 +57,9 @@ class ShapedLink : public LinkModel {
   bool ingress_ready_ = false;  // the ifb and the redirect are in place
   std::string ingress_fallback_;
   std::string fallback_;  // Degrade and Restore run on one thread (the runner's)
+  int lock_fd_ = -2;       // the interface's ownership lock (see the constructor)
+  std::string lock_path_;
+  std::string not_owner_;  // set: another ShapedLink owns the interface
 };
 
 }  // namespace firedrill::faults

@@ -249,6 +249,15 @@ TEST_F(NetnsTest, AShapedLinkCapsWhatTheBadHostSendsAndReceivesAndNothingElse) {
   auto qdiscs = [&] { return Output({"ip", "netns", "exec", a->netns, "tc", "qdisc", "show"}); };
   EXPECT_NE(qdiscs().find("tbf"), std::string::npos) << qdiscs();
   EXPECT_EQ(link->DelayFor(1 << 20), faults::Nanos(0)) << "the kernel queues the bytes: nothing to wait out";
+  // A second agent on the same host (two ranks sharing its interface)
+  // neither clears the first one's qdisc when it starts nor replaces it.
+  ASSERT_TRUE(NetnsFabric::RunIn(a->netns, [&] {
+                faults::ShapedLink second("eth0");
+                second.Degrade(1, 0, 2 * cap / 1e9);
+                EXPECT_NE(second.fallback().find("another agent"), std::string::npos) << second.fallback();
+                EXPECT_GT(second.DelayFor(1 << 20), faults::Nanos(0)) << "it waits its bytes out instead";
+              }).ok());
+  EXPECT_NE(qdiscs().find("tbf"), std::string::npos) << "the first agent's qdisc stays: " << qdiscs();
   const double out = Transfer(*a, *b, bytes);
   const double in = Transfer(*b, *a, bytes);
   const double others = Transfer(*b, *c, bytes);
@@ -266,7 +275,9 @@ TEST_F(NetnsTest, AShapedLinkCapsWhatTheBadHostSendsAndReceivesAndNothingElse) {
   EXPECT_EQ(qdiscs().find("tbf"), std::string::npos) << "Recover takes the qdiscs off: " << qdiscs();
   EXPECT_EQ(Output({"ip", "-n", a->netns, "link", "show"}).find("ifb"), std::string::npos);
   EXPECT_GT(Transfer(*a, *b, bytes), 2.0 * out) << "free again, against the same pair shaped";
-  if (ingress) EXPECT_GT(Transfer(*b, *a, bytes), 2.0 * in) << "free again, against the same pair shaped";
+  if (ingress) {
+    EXPECT_GT(Transfer(*b, *a, bytes), 2.0 * in) << "free again, against the same pair shaped";
+  }
   ASSERT_TRUE(NetnsFabric::RunIn(a->netns, [&] { link.reset(); }).ok());
 }
 
