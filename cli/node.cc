@@ -17,7 +17,7 @@ std::string Fmt(const char* f, double v) {
 
 std::string Limit(const NodeView& v) {
   if (!v.cgroup) return "unknown (" + v.cgroup_error + ")";
-  if (v.quota_us <= 0) return "none (period " + std::to_string(v.period_us) + " us)";
+  if (v.quota_us <= 0 || v.period_us <= 0) return "none";
   return Fmt("%.2f CPU", double(v.quota_us) / double(v.period_us)) + " (quota " + std::to_string(v.quota_us) +
          " us per " + std::to_string(v.period_us) + " us period)";
 }
@@ -52,12 +52,23 @@ std::vector<NodeView> NodeViews(const v1::TraceResponse& trace, int rank) {
     v.cgroup_error = last.cpu().error();
     v.quota_us = last.cpu().quota_us();
     v.period_us = last.cpu().period_us();
-    // Cumulative counters: the window's first step ends where they start.
-    if (n > 1 && first.cpu().available() && v.cgroup) {
-      v.periods = std::max<int64_t>(0, last.cpu().nr_periods() - first.cpu().nr_periods());
-      v.throttled_periods = std::max<int64_t>(0, last.cpu().nr_throttled() - first.cpu().nr_throttled());
-      v.throttled_ms_per_step =
-          std::max<int64_t>(0, last.cpu().throttled_ns() - first.cpu().throttled_ns()) / 1e6 / (n - 1);
+    // Cumulative counters, summed step by step from the window's first
+    // step's end: a thread that moved to another cgroup (a quota taking
+    // hold, or let go) reads another cgroup's counters from then on, so a
+    // step whose counters went down counts nothing and one that started
+    // from a fresh cgroup counts from its zero.
+    if (n > 1 && v.cgroup) {
+      int64_t throttled_ns = 0;
+      for (int i = 1; i < n; ++i) {
+        const auto& a = r.steps(i - 1).cpu();
+        const auto& b = r.steps(i).cpu();
+        if (!a.available() || !b.available()) continue;
+        const bool moved = b.nr_periods() < a.nr_periods();
+        v.periods += moved ? 0 : b.nr_periods() - a.nr_periods();
+        v.throttled_periods += moved ? 0 : std::max<int64_t>(0, b.nr_throttled() - a.nr_throttled());
+        throttled_ns += moved ? 0 : std::max<int64_t>(0, b.throttled_ns() - a.throttled_ns());
+      }
+      v.throttled_ms_per_step = throttled_ns / 1e6 / (n - 1);
     }
     for (const auto& s : r.steps()) {
       v.step_ms += s.step_ms() / n;

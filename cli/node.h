@@ -24,7 +24,8 @@ struct NodeView {
   bool cgroup = false;       // its counters could be read
   std::string cgroup_error;
   int64_t quota_us = -1, period_us = 0;
-  // Over the window (counter deltas from the first step's end to the last's).
+  // Over the window: counter deltas from the first step's end to the
+  // last's, step by step (see NodeViews).
   int64_t periods = 0, throttled_periods = 0;
   double throttled_ms_per_step = 0;
   // Per step, means over the window.

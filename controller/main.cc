@@ -32,8 +32,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"local", "remote"}))
       ->capture_default_str();
   app.add_option("--agent-listen", opts.agent_listen,
-                 "host:port where remote agents register (needs --pool-token-file); local agents use a Unix "
-                 "socket in the state dir");
+                 "host:port where remote agents register (needs --pool-token-file; port 0: a free one, written "
+                 "to <state-dir>/agent-listen.addr); local agents use a Unix socket in the state dir");
   app.add_option("--pool-token-file", opts.pool_token_file, "file whose first line is the token remote agents present");
   app.add_option("--hosts", opts.hosts,
                  "simulated hosts: netns (a network namespace each, real TCP over veth links), loopback (one "

@@ -156,7 +156,14 @@ Status Server::Start() {
     }
     agent_bound_ = unix_ok ? "unix:" + sock : "127.0.0.1:" + std::to_string(local_port);
     if (unix_ok) (void)::chmod(sock.c_str(), 0600);
-    if (!opts_.agent_listen.empty()) spdlog::info("remote agents may register on {}", opts_.agent_listen);
+    if (!opts_.agent_listen.empty()) {
+      // Port 0 takes a free one: the address bound is logged and written
+      // beside controller.addr, for whoever starts the remote agents.
+      const std::string remote = opts_.agent_listen.substr(0, opts_.agent_listen.rfind(':') + 1) +
+                                 std::to_string(remote_port);
+      std::ofstream(opts_.state_dir + "/agent-listen.addr") << remote << "\n";
+      spdlog::info("remote agents may register on {}", remote);
+    }
   }
 
   FD_RETURN_IF_ERROR(StartFabric());

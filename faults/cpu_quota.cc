@@ -224,8 +224,12 @@ StatusOr<CpuLimit> ReadThreadCpuLimit() {
     period >> l.period_us;
     if (l.quota_us <= 0) l.quota_us = -1;
   }
+  // The period means nothing without a quota, and ours differs from the
+  // kernel's default: shown, it would mark a rank that was ever slowed.
+  if (l.quota_us <= 0) l.period_us = 0;
   auto st = ReadCpuStat(dir);
-  if (!st.ok()) return st.status();
+  // Without the path: it would name the rank's cgroup.
+  if (!st.ok()) return Unavailable("cannot read cpu.stat of the training thread's cgroup");
   l.stat = *st;
   return l;
 }

@@ -32,7 +32,7 @@ struct CpuStat {
 struct CpuLimit {
   bool v2 = false;
   int64_t quota_us = -1;  // per period; -1: no limit
-  int64_t period_us = 0;
+  int64_t period_us = 0;  // 0 without a limit
   CpuStat stat;
   double cores() const { return quota_us > 0 && period_us > 0 ? double(quota_us) / double(period_us) : 0.0; }
 };

@@ -141,7 +141,19 @@ void ShapedLink::Reshape() {
     if (shaped_) Unshape();
     return;
   }
-  if (Status st = not_owner_.empty() ? RunChecked(TbfCommand(ifname_, bw)) : Unavailable(not_owner_); !st.ok()) {
+  if (!not_owner_.empty()) {
+    // The interface is another agent's to shape. While a rate limit is on
+    // it (a fault of the whole host, which reached that agent too), the
+    // kernel already queues this agent's bytes behind it: only the latency
+    // is left to wait. Otherwise (a fault of this rank alone) the bytes are
+    // waited out here.
+    auto root = RunCommand({"tc", "qdisc", "show", "dev", ifname_, "root"});
+    const bool limited = root.ok() && root->exit_code == 0 && root->output.find("qdisc tbf") != std::string::npos;
+    fallback_ = not_owner_ + (limited ? " (its rate limit holds this agent's bytes too)" : "");
+    SetBandwidthShaped(limited);
+    return;
+  }
+  if (Status st = RunChecked(TbfCommand(ifname_, bw)); !st.ok()) {
     // LinkModel waits the bytes out instead, and nothing of ours may stay
     // on the interface to slow it twice. Not logged: only the bad host
     // would say it (Capability() speaks for every host alike).

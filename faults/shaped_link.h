@@ -12,8 +12,11 @@
 // Only for an interface that is the host's alone (eth0 in a host's network
 // namespace, see controller/netns_fabric.h): a qdisc on a shared interface
 // would slow every host. Of several agents on one host (ranks sharing its
-// interface), the first to make one shapes it; the others wait their bytes
-// out (fallback() says so), so that none takes another's qdisc off.
+// interface), the first to make one shapes it and the others never touch
+// it (fallback() says so): when one of them is degraded it waits only the
+// latency while a rate limit is on the interface (the kernel queues its
+// bytes too), and its bytes as well while none is (a fault of that rank
+// alone), as it found the interface when its degradation changed.
 #pragma once
 
 #include <string>

@@ -110,6 +110,9 @@ class DeferredWork : public Work {
 };
 
 // A receive: usable once its data also crossed this rank's degraded link.
+// The crossing (the link's delay) is waited out in full, whatever is left
+// of a bounded wait's timeout: it is short, and a receive half-crossed is
+// not a state to report.
 class DelayedRecvWork : public Work {
  public:
   DelayedRecvWork(WorkPtr inner, const faults::LinkModel* link, std::shared_ptr<LinkQueue> queue,

@@ -1,7 +1,8 @@
 // Backends that wrap a backend, in the style of c10d's ProcessGroupWrapper:
 // each adds one concern and forwards everything else to the backend inside.
-// No fault active and no recorder: a ProcessGroup builds none of them
-// (bench/decorator_bench.cc measures what they cost when they are there).
+// A group builds the ones its options ask for (a recorder, a link seam):
+// training groups have both on every rank alike, probe groups only the link
+// (bench/decorator_bench.cc measures what both cost with no fault active).
 #pragma once
 
 #include <functional>

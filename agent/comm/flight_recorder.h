@@ -14,7 +14,7 @@ namespace firedrill::agent::comm {
 
 struct FrEntry {
   int64_t seq = 0;
-  std::string op;         // allreduce | broadcast | barrier
+  std::string op;         // allreduce | broadcast | barrier (training); any collective's name (collectives/)
   int64_t bytes = 0;
   int64_t step = 0;
   std::string transport;  // gloo | shm

@@ -74,7 +74,17 @@ class GlooWork : public Work {
         // wait (a zero timeout never sees them done), and a timed-out wait
         // fails them, so for those a timeout is a failure.
         if (!work_->isCompleted()) return false;
-        result_ = TransportError(Describe(std::current_exception()));
+        // It may have finished while the timeout was being thrown: the
+        // work's own outcome decides, not the wait's.
+        if (std::exception_ptr failed = work_->exception()) {
+          result_ = TransportError(Describe(failed));
+        } else if (finish_) {
+          try {
+            finish_();
+          } catch (...) {
+            result_ = TransportError(Describe(std::current_exception()));
+          }
+        }
       }
       done_ = true;
       if (done_ns_->load() == 0) done_ns_->store(SteadyNowNs());

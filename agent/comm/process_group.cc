@@ -169,7 +169,7 @@ CollectiveInfo ProcessGroup::Next(const char* op, int64_t bytes, int64_t step) {
 }
 
 StatusOr<PendingCollective> ProcessGroup::Post(Op op, const std::string& peer_note) {
-  if (!impl_->gloo) return FailedPrecondition(Label(op.info) + ": process group not connected");
+  if (!impl_->gloo) return FailedPrecondition(Label(op.info) + peer_note + ": process group not connected");
   Backend* b = impl_->shm && impl_->shm->Supports(op) ? impl_->shm.get() : impl_->gloo.get();
   auto st = std::make_shared<PendingCollective::State>();
   st->info = op.info;

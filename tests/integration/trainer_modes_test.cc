@@ -81,8 +81,9 @@ TEST(TrainerModes, Fp16DynamicScalingSkipsTheSameStepsOnEveryRank) {
     EXPECT_EQ(a[i].skipped(), b[i].skipped()) << "step " << i;
     EXPECT_EQ(a[i].loss_scale(), b[i].loss_scale()) << "step " << i;
     skipped += a[i].skipped();
-    if (i > 0 && !a[i].skipped() && !a[i - 1].skipped() && a[i].loss_scale() > a[i - 1].loss_scale())
+    if (i > 0 && !a[i].skipped() && !a[i - 1].skipped() && a[i].loss_scale() > a[i - 1].loss_scale()) {
       EXPECT_EQ(a[i].loss_scale(), 2 * a[i - 1].loss_scale()) << "growth x2";
+    }
   }
   EXPECT_EQ(a.back().skipped_total(), skipped);
   EXPECT_LT(skipped, 40) << "the scale must come down to where fp16 gradients fit";

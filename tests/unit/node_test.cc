@@ -64,13 +64,43 @@ TEST(Node, CountersAreDeltasOverTheWindowAndTimesAreMeansPerStep) {
   EXPECT_TRUE(NodeViews(Trace(), 7).empty());
 }
 
+// The quota takes hold inside the window: the thread reads its new
+// cgroup's counters (from zero) from then on; nothing is subtracted across.
+TEST(Node, AThreadThatMovedCgroupInTheWindowCountsEachCgroupsOwnSteps) {
+  v1::TraceResponse t;
+  auto* r = t.add_ranks();
+  for (int64_t i = 0; i < 4; ++i) {
+    auto s = i < 2 ? Step(i, -1, 0, 0) : Step(i - 2, 25000, 10, 9);  // steps 2, 3: a fresh cgroup
+    s.set_step(i);
+    if (i < 2) {
+      s.mutable_cpu()->set_nr_periods(0);  // the root: no quota, no periods
+      s.mutable_cpu()->set_nr_throttled(0);
+      s.mutable_cpu()->set_throttled_ns(0);
+    } else {
+      s.mutable_cpu()->set_nr_periods(10 * (i - 1));  // 10, 20
+      s.mutable_cpu()->set_nr_throttled(9 * (i - 1));
+      s.mutable_cpu()->set_throttled_ns(3'000'000 * (i - 1));
+    }
+    *r->add_steps() = s;
+  }
+  const NodeView v = NodeViews(t, -1)[0];
+  EXPECT_EQ(v.periods, 20);
+  EXPECT_EQ(v.throttled_periods, 18);
+  EXPECT_DOUBLE_EQ(v.throttled_ms_per_step, 2.0) << "6 ms over 3 step intervals";
+  // And back: the thread leaves the quota's cgroup for one with fewer periods.
+  *r->add_steps() = Step(4, -1, 0, 0);
+  r->mutable_steps(4)->mutable_cpu()->set_nr_periods(0);
+  EXPECT_EQ(NodeViews(t, -1)[0].periods, 20) << "a counter that went down counts nothing";
+}
+
 TEST(Node, PrintsEveryRankTheSameWay) {
   const auto tr = Trace();
   std::ostringstream out;
   PrintNode(tr, NodeViews(tr, -1), out);
   const std::string s = out.str();
   EXPECT_NE(s.find("0.25 CPU (quota 25000 us per 100000 us period)"), std::string::npos) << s;
-  EXPECT_NE(s.find("none (period 100000 us)"), std::string::npos) << s;
+  EXPECT_NE(s.find(": none\n"), std::string::npos) << s;
+  EXPECT_EQ(s.find("10000 us"), std::string::npos) << "no period without a quota: it would mark a rank once slowed";
   EXPECT_NE(s.find(": 36 of 40"), std::string::npos) << s;
   EXPECT_NE(s.find(": 0 of 0"), std::string::npos) << s;
   EXPECT_NE(s.find("none reported yet"), std::string::npos) << s;
