@@ -145,6 +145,7 @@ int CmdNode(CliContext& ctx, DrillClient& client, const std::string& id, int ran
   v1::GetTraceRequest req;
   req.set_session_id(id);
   req.set_last(steps);
+  req.set_node(true);
   auto tr = client.GetTrace(req);
   if (!tr.ok()) return Fail(ctx, tr.status());
   const std::vector<NodeView> views = NodeViews(*tr, rank);

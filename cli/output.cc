@@ -73,6 +73,7 @@ void PrintScenarioDetail(const v1::ScenarioDetail& d, std::ostream& out) {
   std::string tools = "status, top, config";
   if (!t.has_trace() || t.trace()) tools += ", trace";
   if (!t.has_logs() || t.logs()) tools += ", logs";
+  if (!t.has_node() || t.node()) tools += ", node";
   if (!t.has_flight_recorder() || t.flight_recorder()) tools += ", fr";
   if (!t.has_probes() || t.probes()) tools += ", probe";
   if (t.slow_rank_flag()) tools += ", the slow-rank flag (SLOW in status)";

@@ -76,6 +76,7 @@ Status SessionManager::ToolOffered(const Session& s, const std::string& tool) co
   if (tool == "trace") on = !t.has_trace() || t.trace();
   if (tool == "flight_recorder") on = !t.has_flight_recorder() || t.flight_recorder();
   if (tool == "logs") on = !t.has_logs() || t.logs();
+  if (tool == "node") on = !t.has_node() || t.node();
   if (on) return Status::Ok();
   return FailedPrecondition("this drill does not offer " + tool +
                             " (`firedrill scenarios show " + s.scenario->id() + "` lists its tools)");

@@ -94,7 +94,11 @@ StatusOr<v1::TraceResponse> SessionManager::GetTrace(const v1::GetTraceRequest& 
   if (!sp.ok()) return sp.status();
   Session& s = **sp;
   std::lock_guard<std::mutex> lock(s.mu);
-  FD_RETURN_IF_ERROR(ToolOffered(s, "trace"));
+  FD_RETURN_IF_ERROR(ToolOffered(s, req.node() ? "node" : "trace"));
+  // Each tool's own fields: the node view needs no timeline, a trace shows
+  // no CPU counters unless the drill offers the node tool.
+  const bool spans = !req.node();
+  const bool cpu = req.node() || ToolOffered(s, "node").ok();
   if (req.from_step() < 0 || (req.to_step() != 0 && req.to_step() <= req.from_step()))
     return InvalidArgument("steps " + std::to_string(req.from_step()) + ":" + std::to_string(req.to_step()) +
                            " is not a range (FROM:TO, TO exclusive and > FROM)");
@@ -118,8 +122,17 @@ StatusOr<v1::TraceResponse> SessionManager::GetTrace(const v1::GetTraceRequest& 
     v1::RankTrace* t = out.add_ranks();
     t->set_rank(rank);
     t->set_host(rank < s.rec.hosts_size() ? s.rec.hosts(rank) : r.host);
-    for (const auto& st : r.steps)
-      if (st.step() >= from && st.step() < to) *t->add_steps() = st;
+    for (const auto& st : r.steps) {
+      if (st.step() < from || st.step() >= to) continue;
+      v1::StepReport* out_step = t->add_steps();
+      *out_step = st;
+      if (!spans) out_step->clear_spans();
+      if (!cpu) {
+        out_step->clear_thread_cpu_ns();
+        out_step->clear_thread_wait_ns();
+        out_step->clear_cpu();
+      }
+    }
   }
   return out;
 }

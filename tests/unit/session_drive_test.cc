@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -132,6 +133,9 @@ class StandIn {
       s->set_backward_ms(1);
       s->set_comm_ms(0.3);
       s->set_samples_per_s(1000);
+      s->set_thread_cpu_ns(1'500'000);
+      s->mutable_cpu()->set_available(true);
+      s->add_spans()->set_name("forward");
       s->set_start_unix_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                std::chrono::system_clock::now().time_since_epoch())
                                .count());
@@ -218,7 +222,10 @@ class SessionDriveTest : public ::testing::Test {
     SessionManagerOptions opts;
     opts.state_dir = dir_;
     opts.local_launcher = false;
-    sm_ = std::make_unique<SessionManager>(opts, store_.get(), &pool_, std::vector<v1::Scenario>{Drill()});
+    v1::Scenario no_node = Drill();
+    no_node.set_id("drive-no-node");
+    no_node.mutable_tools()->set_node(false);
+    sm_ = std::make_unique<SessionManager>(opts, store_.get(), &pool_, std::vector<v1::Scenario>{Drill(), no_node});
     ASSERT_TRUE(sm_->Init().ok());
   }
   void TearDown() override {
@@ -249,9 +256,9 @@ class SessionDriveTest : public ::testing::Test {
     }
     return state;
   }
-  std::string StartRunning() {
+  std::string StartRunning(const std::string& scenario = "drive") {
     v1::StartSessionRequest req;
-    req.set_scenario_id("drive");
+    req.set_scenario_id(scenario);
     req.set_seed(3);
     auto info = sm_->Start(req);
     EXPECT_TRUE(info.ok()) << info.status().message();
@@ -297,6 +304,56 @@ TEST_F(SessionDriveTest, ASessionPlaysThroughToItsScore) {
   EXPECT_EQ(score->verification().pairs_size(), 3);
   EXPECT_EQ(score->answer_cause(), "straggler");
   EXPECT_EQ(score->total(), 100) << score->DebugString();
+}
+
+// `firedrill trace` and `firedrill node` read the same step reports; each
+// gets its own fields, and a drill that does not offer the node view keeps
+// the CPU counters out of the trace too.
+TEST_F(SessionDriveTest, TraceAndNodeGetTheirOwnFieldsAndADrillCanWithholdTheNodeView) {
+  for (int i = 0; i < 4; ++i) Agent("a" + std::to_string(i), "node-" + std::to_string(i));
+  WaitAgents(4);
+  auto trace = [&](const std::string& id, bool node) {
+    v1::GetTraceRequest req;
+    req.set_session_id(id);
+    req.set_node(node);
+    // Until every rank has reported a step (the first to report makes the
+    // trace answer).
+    StatusOr<v1::TraceResponse> tr = FailedPrecondition("no steps yet");
+    for (int i = 0; i < 250; ++i) {
+      tr = sm_->GetTrace(req);
+      if (!tr.ok() && tr.status().message().find("no steps") == std::string::npos) break;
+      if (tr.ok() && std::all_of(tr->ranks().begin(), tr->ranks().end(),
+                                 [](const v1::RankTrace& r) { return r.steps_size() > 0; }))
+        break;
+      std::this_thread::sleep_for(20ms);
+    }
+    return tr;
+  };
+  const std::string id = StartRunning();
+  auto full = trace(id, false);
+  ASSERT_TRUE(full.ok()) << full.status().message();
+  ASSERT_GT(full->ranks(0).steps_size(), 0);
+  EXPECT_TRUE(full->ranks(0).steps(0).cpu().available());
+  EXPECT_GT(full->ranks(0).steps(0).spans_size(), 0);
+  auto node = trace(id, true);
+  ASSERT_TRUE(node.ok()) << node.status().message();
+  ASSERT_GT(node->ranks(0).steps_size(), 0);
+  EXPECT_TRUE(node->ranks(0).steps(0).cpu().available());
+  EXPECT_EQ(node->ranks(0).steps(0).thread_cpu_ns(), 1'500'000);
+  EXPECT_EQ(node->ranks(0).steps(0).spans_size(), 0) << "the node view carries no timeline";
+  ASSERT_TRUE(sm_->End(id).ok());
+  EXPECT_TRUE(TerminalState(WaitState(id, SessionState::kEnded)));
+
+  const std::string quiet = StartRunning("drive-no-node");
+  auto refused = trace(quiet, true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("does not offer node"), std::string::npos) << refused.status().message();
+  auto plain = trace(quiet, false);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  ASSERT_GT(plain->ranks(0).steps_size(), 0);
+  EXPECT_FALSE(plain->ranks(0).steps(0).has_cpu()) << "no CPU counters by way of the trace either";
+  EXPECT_EQ(plain->ranks(0).steps(0).thread_cpu_ns(), 0);
+  EXPECT_GT(plain->ranks(0).steps(0).spans_size(), 0);
 }
 
 TEST_F(SessionDriveTest, ConcurrentEndsAndAShutdownEndTheSessionOnce) {
