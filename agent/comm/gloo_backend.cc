@@ -34,10 +34,11 @@ bool LooksLikeTimeout(const std::string& msg) {
 }
 
 c10::intrusive_ptr<c10d::ProcessGroupGloo> NewGroup(const c10::intrusive_ptr<c10d::Store>& store,
-                                                    const GlooConfig& cfg) {
+                                                    const GroupOptions& cfg) {
   auto o = c10d::ProcessGroupGloo::Options::create(cfg.timeout);
-  o->devices.push_back(cfg.ifname.empty() ? c10d::ProcessGroupGloo::createDeviceForHostname(cfg.device_host)
-                                          : c10d::ProcessGroupGloo::createDeviceForInterface(cfg.ifname));
+  o->devices.push_back(cfg.socket_ifname.empty()
+                           ? c10d::ProcessGroupGloo::createDeviceForHostname(cfg.device_host)
+                           : c10d::ProcessGroupGloo::createDeviceForInterface(cfg.socket_ifname));
   // Gloo runs queued collectives one at a time on this thread, in the order
   // they were started: gradient buckets launched from autograd hooks stay in
   // the same order on every rank, and a second thread would only compete
@@ -221,7 +222,7 @@ Status CommError(const std::string& what, const std::string& cause) {
   return Status(s.code(), what + " failed: " + cause);
 }
 
-StatusOr<std::shared_ptr<Backend>> ConnectGloo(const c10::intrusive_ptr<c10d::Store>& store, const GlooConfig& cfg) {
+StatusOr<std::shared_ptr<Backend>> ConnectGloo(const c10::intrusive_ptr<c10d::Store>& store, const GroupOptions& cfg) {
   try {
     return std::shared_ptr<Backend>(std::make_shared<GlooBackend>(NewGroup(store, cfg), cfg.timeout));
   } catch (...) {
@@ -234,7 +235,7 @@ StatusOr<std::shared_ptr<Backend>> ConnectGloo(const c10::intrusive_ptr<c10d::St
 }
 
 StatusOr<std::vector<double>> RawGlooAllReduceUs(const c10::intrusive_ptr<c10d::Store>& store,
-                                                 const GlooConfig& cfg, const std::vector<int64_t>& sizes,
+                                                 const GroupOptions& cfg, const std::vector<int64_t>& sizes,
                                                  int warmup, int iters) {
   std::vector<double> us;
   try {

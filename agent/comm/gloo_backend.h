@@ -11,30 +11,23 @@
 #include <vector>
 
 #include "agent/comm/backend.h"
+#include "agent/comm/process_group.h"
 
 namespace firedrill::agent::comm {
 
-struct GlooConfig {
-  int rank = 0;
-  int world_size = 1;
-  // The address the device binds (peers connect to it), unless `ifname`
-  // names the interface to bind instead (GLOO_SOCKET_IFNAME's meaning).
-  std::string device_host = "127.0.0.1";
-  std::string ifname;
-  // Gloo's own timeout for the rendezvous and every collective.
-  std::chrono::milliseconds timeout{30000};
-};
-
-// Builds the group over `store`: blocks until every rank has joined or the
-// timeout passes. Errors say world size and timeout.
-StatusOr<std::shared_ptr<Backend>> ConnectGloo(const c10::intrusive_ptr<c10d::Store>& store, const GlooConfig& cfg);
+// Builds the group over `store` for `opts`' rank, world size, device
+// (socket_ifname, GLOO_SOCKET_IFNAME's meaning, else device_host's address)
+// and timeout (Gloo's own, for the rendezvous and every collective): blocks
+// until every rank has joined or the timeout passes. Errors say world size
+// and timeout. The options' recorder and link are the decorators' business.
+StatusOr<std::shared_ptr<Backend>> ConnectGloo(const c10::intrusive_ptr<c10d::Store>& store, const GroupOptions& opts);
 
 // Benchmarks only: times in-place fp32 sum all-reduces of each size,
 // `warmup` untimed then `iters` timed, straight on a new ProcessGroupGloo
 // over `store`, with nothing of ours in between. Mean microseconds per
 // iteration, per size.
 StatusOr<std::vector<double>> RawGlooAllReduceUs(const c10::intrusive_ptr<c10d::Store>& store,
-                                                 const GlooConfig& cfg, const std::vector<int64_t>& sizes,
+                                                 const GroupOptions& opts, const std::vector<int64_t>& sizes,
                                                  int warmup, int iters);
 
 // c10d's exceptions as a message without the C++ backtrace, and as a Status

@@ -141,15 +141,9 @@ int ProcessGroup::store_port() const { return impl_->store ? impl_->store->getPo
 
 
 Status ProcessGroup::Connect() {
-  GlooConfig cfg;
-  cfg.rank = opts_.rank;
-  cfg.world_size = opts_.world_size;
-  cfg.device_host = opts_.device_host;
-  cfg.ifname = opts_.socket_ifname;
-  cfg.timeout = opts_.timeout;
   c10::intrusive_ptr<c10d::Store> store = impl_->group_store;
   if (!store) store = impl_->store;
-  auto gloo = ConnectGloo(store, cfg);
+  auto gloo = ConnectGloo(store, opts_);
   if (!gloo.ok()) return gloo.status();
   impl_->gloo = Decorate(std::move(gloo).value());
   return Status::Ok();
@@ -271,24 +265,23 @@ Status ProcessGroup::ReduceScatterSum(const at::Tensor& in, at::Tensor& out, int
   return Run(std::move(op));
 }
 
-Status ProcessGroup::Send(const at::Tensor& t, int peer, int tag, int64_t step) {
+Status ProcessGroup::PointToPoint(OpType type, const at::Tensor& t, int peer, int tag, int64_t step) {
+  const bool send = type == OpType::kSend;
   Op op;
-  op.type = OpType::kSend;
-  op.info = Next("send", Bytes(t), step);
+  op.type = type;
+  op.info = Next(send ? "send" : "recv", Bytes(t), step);
   op.tensor = t;
   op.peer = peer;
   op.tag = tag;
-  return Run(std::move(op), " to rank " + std::to_string(peer));
+  return Run(std::move(op), (send ? " to rank " : " from rank ") + std::to_string(peer));
+}
+
+Status ProcessGroup::Send(const at::Tensor& t, int peer, int tag, int64_t step) {
+  return PointToPoint(OpType::kSend, t, peer, tag, step);
 }
 
 Status ProcessGroup::Recv(at::Tensor& t, int peer, int tag, int64_t step) {
-  Op op;
-  op.type = OpType::kRecv;
-  op.info = Next("recv", Bytes(t), step);
-  op.tensor = t;
-  op.peer = peer;
-  op.tag = tag;
-  return Run(std::move(op), " from rank " + std::to_string(peer));
+  return PointToPoint(OpType::kRecv, t, peer, tag, step);
 }
 
 StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::NewGroup(const std::string& tag,
@@ -312,11 +305,8 @@ StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::NewGroup(const std::string
 StatusOr<std::vector<double>> ProcessGroup::RawGlooAllReduceUs(const std::string& tag,
                                                                 const std::vector<int64_t>& sizes, int warmup,
                                                                 int iters) {
-  GlooConfig cfg;
-  cfg.rank = opts_.rank;
-  cfg.world_size = opts_.world_size;
-  cfg.device_host = opts_.device_host;
-  cfg.timeout = opts_.timeout;
+  GroupOptions cfg = opts_;
+  cfg.socket_ifname.clear();  // the device of the address, as c10d's default
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::PrefixStore>(tag, impl_->store);

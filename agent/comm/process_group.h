@@ -164,6 +164,7 @@ class ProcessGroup {
   // Waits without a limit of its own; errors labelled with `op.info` and
   // `peer_note` (" to rank 2").
   Status Run(Op op, const std::string& peer_note = "");
+  Status PointToPoint(OpType type, const at::Tensor& t, int peer, int tag, int64_t step);
   // Wraps a bare backend in the decorators this group's options ask for.
   std::shared_ptr<Backend> Decorate(std::shared_ptr<Backend> bare) const;
   std::unique_ptr<Impl> impl_;
