@@ -106,7 +106,8 @@ void PrintNode(const v1::TraceResponse& trace, const std::vector<NodeView>& view
     Row(out, 8, "On a CPU", Fmt("%.1f ms", v.cpu_ms) + Fmt(" (%.0f%%)", v.step_ms > 0 ? 100 * v.cpu_ms / v.step_ms : 0));
     Row(out, 8, "Runnable, waiting for a CPU", Fmt("%.1f ms", v.wait_ms));
     Row(out, 8, "Off CPU (blocked or sleeping)", Fmt("%.1f ms", v.off_cpu_ms));
-    Row(out, 12, "of which all-reduce wait", Fmt("%.1f ms", v.comm_wait_ms));
+    // The transports poll as they wait, so this wait is partly on a CPU.
+    Row(out, 8, "Waiting for the all-reduce (exposed)", Fmt("%.1f ms", v.comm_wait_ms));
   }
 }
 

@@ -223,11 +223,13 @@ TEST(ThrottledCompute, TwoSlowdownsAtOnceCompoundAndOneRecovers) {
   RecordProperty("other_over_one", std::to_string(other / one));
   EXPECT_GT(one, 1.5 * healthy) << got;
   // Without compounding `both` would stay about `one`; without the restore,
-  // `other` would stay about `both`.
-  EXPECT_GT(both, 1.4 * one) << "2x on top of 2x: " << got;
+  // `other` would stay about `both`, twice `one`. Measured here: both/one
+  // 1.46-2.29, other/one 1.10-1.48 (the governor is still converging after
+  // four rounds, and steps on two shared cores vary by a fifth).
+  EXPECT_GT(both, 1.3 * one) << "2x on top of 2x: " << got;
   EXPECT_LT(both, 3.0 * one) << got;
   EXPECT_GT(other, 0.7 * one) << "the other slowdown holds alone: " << got;
-  EXPECT_LT(other, 1.45 * one) << got;
+  EXPECT_LT(other, 1.65 * one) << got;
 }
 
 TEST(CpuQuota, LeftoversOfAKilledProcessAreRemoved) {
