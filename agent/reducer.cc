@@ -76,7 +76,9 @@ struct Reducer::Impl {
 
   // Points each parameter of bucket b at its slice of buffers[b].
   void Layout(size_t b) {
-    const bool last = b + 1 == buffers.size();
+    // The last of all the buckets (not of those made so far: Create lays
+    // each out as soon as it exists) carries the vote element.
+    const bool last = b + 1 == assignment.size();
     int64_t n = buffers[b].numel() - (last ? 1 : 0);
     grads[b] = last ? buffers[b].narrow(0, 0, n) : buffers[b];
     int64_t off = 0;
