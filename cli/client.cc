@@ -82,6 +82,10 @@ StatusOr<v1::TraceResponse> DrillClient::GetTrace(const v1::GetTraceRequest& req
   return Call(&v1::Drill::Stub::GetTrace, req, deadline_);
 }
 
+StatusOr<v1::MetricsResponse> DrillClient::GetMetrics(const v1::GetMetricsRequest& req) {
+  return Call(&v1::Drill::Stub::GetMetrics, req, deadline_);
+}
+
 StatusOr<v1::LogsResponse> DrillClient::GetLogs(const v1::GetLogsRequest& req) {
   return Call(&v1::Drill::Stub::GetLogs, req, deadline_);
 }

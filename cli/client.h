@@ -28,6 +28,7 @@ class DrillClient {
   StatusOr<v1::ListSessionsResponse> ListSessions();
   StatusOr<v1::SessionStatus> GetStatus(const std::string& session_id);
   StatusOr<v1::TraceResponse> GetTrace(const v1::GetTraceRequest& req);
+  StatusOr<v1::MetricsResponse> GetMetrics(const v1::GetMetricsRequest& req);
   StatusOr<v1::LogsResponse> GetLogs(const v1::GetLogsRequest& req);
   StatusOr<v1::FlightRecorderResponse> GetFlightRecorder(const std::string& session_id);
   // Waits for a step boundary (a minute) and the sweep (ten).

@@ -16,6 +16,7 @@
 #include "cli/autopilot.h"
 #include "cli/demo.h"
 #include "cli/local_controller.h"
+#include "cli/metrics.h"
 #include "cli/node.h"
 #include "cli/output.h"
 #include "cli/flight_recorder.h"
@@ -158,6 +159,28 @@ int CmdNode(CliContext& ctx, DrillClient& client, const std::string& id, int ran
   return 0;
 }
 
+int CmdMetrics(CliContext& ctx, DrillClient& client, const std::string& id, const std::string& series_csv,
+               const std::string& steps, const std::string& run, int rank, bool csv) {
+  auto series = ParseSeries(series_csv);
+  if (!series.ok()) return Fail(ctx, series.status());
+  v1::GetTraceRequest range;
+  if (Status st = ParseStepRange(steps, &range); !st.ok()) return Fail(ctx, st);
+  v1::GetMetricsRequest req;
+  req.set_session_id(id);
+  req.set_run(run);
+  req.set_from_step(range.from_step());
+  req.set_to_step(range.to_step());
+  auto m = client.GetMetrics(req);
+  if (!m.ok()) return Fail(ctx, m.status());
+  if (rank >= m->ranks_size())
+    return Fail(ctx, NotFound("rank " + std::to_string(rank) + " is not in this job (" +
+                              std::to_string(m->ranks_size()) + " ranks)"));
+  if (ctx.json) *ctx.out << MetricsJson(*m, *series, rank) << "\n";
+  else if (csv) *ctx.out << MetricsCsv(*m, *series, rank);
+  else PrintMetrics(*m, *series, rank, *ctx.out);
+  return 0;
+}
+
 // A probe can take many seconds (each size, each pair): say so on a
 // terminal while it runs.
 StatusOr<v1::RunProbeResponse> ProbeWithProgress(DrillClient& client, const v1::RunProbeRequest& req) {
@@ -290,6 +313,21 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   node->add_option("--rank", node_rank, "one rank (default: every rank)");
   node->add_option("--steps", node_steps, "over the last N steps")->capture_default_str()->check(CLI::Range(2, 1000));
 
+  std::string metrics_series, metrics_steps, metrics_run;
+  int metrics_rank = -1;
+  bool metrics_csv = false;
+  auto* metrics = app.add_subcommand(
+      "metrics", "the run's training curves, step by step: loss, gradient norm, loss scale, skipped steps, lr, "
+                 "throughput (as TensorBoard shows them)");
+  metrics->add_option("--series", metrics_series,
+                      "comma-separated: loss, grad_norm, loss_scale, skipped, lr, throughput, step_ms, global_batch "
+                      "(default: the first six)");
+  metrics->add_option("--steps", metrics_steps, "FROM:TO (TO exclusive) or FROM: (default: the whole run)");
+  metrics->add_option("--run", metrics_run, "baseline | main (default: the run in progress, or the last one)")
+      ->check(CLI::IsMember({"baseline", "main"}));
+  metrics->add_option("--rank", metrics_rank, "one rank (default: the job, over every rank)")->check(CLI::Range(0, 4096));
+  metrics->add_flag("--csv", metrics_csv, "print CSV (step,rank,series...) instead of plots");
+
   std::vector<std::string> causes;
   std::string note;
   std::vector<int> ranks;
@@ -410,6 +448,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   }
   if (trace->parsed()) return CmdTrace(ctx, client, *id, trace_out, trace_steps);
   if (node->parsed()) return CmdNode(ctx, client, *id, node_rank, node_steps);
+  if (metrics->parsed())
+    return CmdMetrics(ctx, client, *id, metrics_series, metrics_steps, metrics_run, metrics_rank, metrics_csv);
   if (config->parsed()) {
     auto st = client.GetStatus(*id);
     if (!st.ok()) return Fail(ctx, st.status());

@@ -74,6 +74,7 @@ void PrintScenarioDetail(const v1::ScenarioDetail& d, std::ostream& out) {
   if (!t.has_trace() || t.trace()) tools += ", trace";
   if (!t.has_logs() || t.logs()) tools += ", logs";
   if (!t.has_node() || t.node()) tools += ", node";
+  if (!t.has_metrics() || t.metrics()) tools += ", metrics";
   if (!t.has_flight_recorder() || t.flight_recorder()) tools += ", fr";
   if (!t.has_probes() || t.probes()) tools += ", probe";
   if (t.slow_rank_flag()) tools += ", the slow-rank flag (SLOW in status)";
@@ -119,22 +120,39 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     if (b.padding_fraction() > 0) out << "; padding " << Num(100 * b.padding_fraction(), 1) << "%";
     out << "\n";
   }
+  // The optimiser's view of the job, the same line in every drill: what a
+  // training log prints beside the loss.
+  const v1::RankStatus* latest = nullptr;
+  for (const auto& r : st.ranks())
+    if (r.window_steps() > 0 && (latest == nullptr || r.step() > latest->step())) latest = &r;
+  if (latest != nullptr) {
+    const auto& job = st.job();
+    const int accum = std::max(1, job.grad_accum_steps());
+    out << "training: global batch " << latest->global_batch() << " (" << job.data().batch_size() << " per rank x "
+        << accum << " micro-batch" << (accum > 1 ? "es" : "") << " x " << job.world_size() << " ranks), lr "
+        << Sig(latest->lr()) << ", precision " << (job.precision().empty() ? "fp32" : job.precision()) << ", ";
+    if (latest->loss_scale() > 0) {
+      out << "loss scale " << Num(latest->loss_scale()) << " (" << latest->skipped_total() << " of "
+          << latest->step() + 1 << " optimiser steps skipped so far)";
+    } else {
+      out << "no loss scaling (" << latest->skipped_total() << " optimiser steps skipped)";
+    }
+    out << "\n";
+  }
   out << "\n";
   // Columns for telemetry that not every job has: shown only when some rank
   // reports it, so a plain job's table stays as narrow as before.
-  bool tokens = false, padding = false, scale = false, mem = false;
+  bool tokens = false, padding = false, mem = false;
   for (const auto& r : st.ranks()) {
     if (r.window_steps() == 0) continue;
     tokens |= r.tokens_per_s() > 0;
     padding |= r.padding_fraction() > 0;
-    scale |= r.loss_scale() > 0;
     mem |= r.mem_peak_bytes() > 0;
   }
   std::vector<std::string> header = {"RANK", "HOST", "STATE", "STEP", "STEP_MS", "SAMPLES/S"};
   if (tokens) header.push_back("TOKENS/S");
   if (padding) header.push_back("PAD%");
   header.insert(header.end(), {"MFU%", "DATA", "FWD", "BWD", "COMM", "OPT", "LOSS"});
-  if (scale) header.push_back("SCALE");
   if (mem) header.push_back("MEM_PEAK");
   header.insert(header.end(), {"BUSY/MED", ""});
   Table t(header);
@@ -155,11 +173,6 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     row.insert(row.end(), {r.mfu() > 0 ? Num(100 * r.mfu(), 1) : "-", Num(r.data_ms(), 1), Num(r.forward_ms(), 1),
                            Num(r.backward_ms(), 1),
                            Num(r.comm_ms(), 1), Num(r.optim_ms(), 1), Num(r.loss(), 3)});
-    if (scale) {
-      std::string cell = r.loss_scale() > 0 ? Num(r.loss_scale()) : "-";
-      if (r.skipped_total() > 0) cell += " (" + std::to_string(r.skipped_total()) + " skipped)";
-      row.push_back(cell);
-    }
     if (mem) row.push_back(r.mem_peak_bytes() > 0 ? Bytes(r.mem_peak_bytes()) : "-");
     row.insert(row.end(), {Num(r.busy_vs_median(), 2), r.slow() ? "SLOW" : ""});
     t.Add(std::move(row));
@@ -177,7 +190,6 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     if (shown) notes += (notes.empty() ? "" : "; ") + std::string(text);
   };
   note(padding, "PAD% = padding share of tokens");
-  note(scale, "SCALE = loss scale now (optimiser steps skipped so far)");
   note(mem, "MEM_PEAK = the last step's peak of tracked memory");
   note(true, "MFU% = model FLOPs of real tokens/samples per second over the rank's measured peak matmul rate");
   if (!notes.empty()) out << "(" << notes << ")\n";

@@ -12,6 +12,12 @@ std::string Num(double v, int precision) {
   return buf;
 }
 
+std::string Sig(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.4g", v);
+  return buf;
+}
+
 std::string Bytes(int64_t n) {
   static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(n);

@@ -71,6 +71,11 @@ grpc::Status DrillService::GetTrace(grpc::ServerContext*, const v1::GetTraceRequ
   return Reply(sessions_->GetTrace(*req), out);
 }
 
+grpc::Status DrillService::GetMetrics(grpc::ServerContext*, const v1::GetMetricsRequest* req,
+                                      v1::MetricsResponse* out) {
+  return Reply(sessions_->GetMetrics(*req), out);
+}
+
 grpc::Status DrillService::GetLogs(grpc::ServerContext*, const v1::GetLogsRequest* req, v1::LogsResponse* out) {
   return Reply(sessions_->GetLogs(*req), out);
 }

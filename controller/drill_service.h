@@ -26,6 +26,7 @@ class DrillService final : public v1::Drill::Service {
                             v1::ListSessionsResponse*) override;
   grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*, v1::SessionStatus*) override;
   grpc::Status GetTrace(grpc::ServerContext*, const v1::GetTraceRequest*, v1::TraceResponse*) override;
+  grpc::Status GetMetrics(grpc::ServerContext*, const v1::GetMetricsRequest*, v1::MetricsResponse*) override;
   grpc::Status GetLogs(grpc::ServerContext*, const v1::GetLogsRequest*, v1::LogsResponse*) override;
   grpc::Status GetFlightRecorder(grpc::ServerContext*, const v1::GetFlightRecorderRequest*,
                                  v1::FlightRecorderResponse*) override;

@@ -1,7 +1,10 @@
 #include "controller/run_metrics.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
+#include <string>
 
 namespace firedrill::controller {
 
@@ -88,8 +91,8 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
   if (per_rank.empty() || count <= 0) return out;
   const int64_t last = first_step + count - 1;
   std::vector<double> rank_step_ms, rank_busy_ms, step_ms_all;
-  double data = 0, compute = 0, comm = 0, pad = 0, tokens = 0;
-  int64_t n = 0;
+  double data = 0, compute = 0, comm = 0, pad = 0, tokens = 0, loss = 0;
+  int64_t n = 0, skipped = 0;
   int64_t measured = count;
   for (const auto& steps : per_rank) {
     std::vector<double> step_ms, busy, tps;
@@ -103,6 +106,8 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
       compute += s.forward_ms() + s.backward_ms();
       comm += s.comm_ms();
       pad += s.padding_fraction();
+      loss += s.loss();  // NaN and inf stay in the sum: a non-finite step shows
+      skipped += s.skipped() ? 1 : 0;
       ++n;
     }
     measured = std::min(measured, static_cast<int64_t>(step_ms.size()));
@@ -124,7 +129,42 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
   out.compute_ms = compute / static_cast<double>(n);
   out.comm_ms = comm / static_cast<double>(n);
   out.padding_fraction = pad / static_cast<double>(n);
+  out.mean_loss = loss / static_cast<double>(n);
+  out.skipped_fraction = static_cast<double>(skipped) / static_cast<double>(n);
   return out;
+}
+
+double LossRatio(const WindowStats& healthy, const WindowStats& fixed) {
+  if (!std::isfinite(fixed.mean_loss) || !std::isfinite(healthy.mean_loss) || !(healthy.mean_loss > 0))
+    return std::numeric_limits<double>::infinity();
+  return fixed.mean_loss / healthy.mean_loss;
+}
+
+v1::MetricsRow MetricsRowOf(const v1::StepReport& s) {
+  v1::MetricsRow r;
+  r.set_step(s.step());
+  r.set_loss(s.loss());
+  r.set_grad_norm(s.grad_norm());
+  r.set_loss_scale(s.loss_scale());
+  r.set_skipped(s.skipped());
+  r.set_skipped_total(s.skipped_total());
+  r.set_lr(s.lr());
+  r.set_samples_per_s(s.samples_per_s());
+  r.set_tokens_per_s(s.tokens_per_s());
+  r.set_step_ms(s.step_ms());
+  r.set_global_batch(s.global_batch());
+  return r;
+}
+
+void AppendHistory(const v1::StepReport& s, size_t cap, History* h) {
+  if (s.step() % h->stride != 0) return;
+  h->rows.push_back(MetricsRowOf(s));
+  if (h->rows.size() < std::max<size_t>(cap, 2)) return;
+  const int64_t next = 2 * h->stride;
+  h->rows.erase(std::remove_if(h->rows.begin(), h->rows.end(),
+                               [&](const v1::MetricsRow& r) { return r.step() % next != 0; }),
+                h->rows.end());
+  h->stride = next;
 }
 
 double Throughput(const WindowStats& w, const std::string& unit) {
@@ -149,7 +189,8 @@ v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::Verify
   v.set_unit(unit);
   v.set_throughput_ratio_min(spec.throughput_vs_baseline_min());
   v.set_rank_step_skew_max(spec.rank_step_skew_max());
-  std::vector<double> ratios, skews, healthy, fixed;
+  const bool judge_loss = spec.loss_vs_baseline_max() > 0, judge_skips = spec.has_skipped_steps_max();
+  std::vector<double> ratios, skews, healthy, fixed, loss_ratios, skips;
   int64_t steps = pairs.empty() ? 0 : INT64_MAX;
   for (const auto& p : pairs) {
     const double a = Throughput(p.healthy, unit), b = Throughput(p.fixed, unit);
@@ -158,6 +199,11 @@ v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::Verify
     vp->set_fixed(b);
     vp->set_ratio(a > 0 ? b / a : 0);
     vp->set_fixed_skew(p.fixed.rank_step_skew);
+    vp->set_healthy_loss(p.healthy.mean_loss);
+    vp->set_fixed_loss(p.fixed.mean_loss);
+    vp->set_fixed_skipped_fraction(p.fixed.skipped_fraction);
+    loss_ratios.push_back(LossRatio(p.healthy, p.fixed));
+    skips.push_back(p.fixed.skipped_fraction);
     ratios.push_back(vp->ratio());
     skews.push_back(p.fixed.rank_step_skew);
     healthy.push_back(a);
@@ -172,13 +218,25 @@ v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::Verify
   const bool steps_ok = !pairs.empty() && steps >= spec.window_steps();
   const bool tput_ok = ratio >= spec.throughput_vs_baseline_min();
   const bool skew_ok = skew > 0 && skew <= spec.rank_step_skew_max();
-  v.set_passed(steps_ok && tput_ok && skew_ok);
-  std::string each;
-  for (double r : ratios) {
-    char b[16];
-    std::snprintf(b, sizeof(b), "%.2f", r);
-    each += (each.empty() ? "" : ", ") + std::string(b);
+  const double loss_ratio = Median(loss_ratios), skipped = Median(skips);
+  const bool loss_ok = !judge_loss || (!pairs.empty() && loss_ratio <= spec.loss_vs_baseline_max());
+  const bool skips_ok = !judge_skips || (!pairs.empty() && skipped <= spec.skipped_steps_max());
+  if (judge_loss) {
+    v.set_loss_ratio(loss_ratio);
+    v.set_loss_ratio_max(spec.loss_vs_baseline_max());
   }
+  if (judge_loss || judge_skips) v.set_skipped_fraction(skipped);
+  v.set_passed(steps_ok && tput_ok && skew_ok && loss_ok && skips_ok);
+  auto list = [](const std::vector<double>& xs) {
+    std::string each;
+    for (double r : xs) {
+      char b[16];
+      std::snprintf(b, sizeof(b), "%.2f", r);
+      each += (each.empty() ? "" : ", ") + std::string(b);
+    }
+    return each;
+  };
+  const std::string each = list(ratios);
   char buf[640];
   std::snprintf(buf, sizeof(buf),
                 "throughput %.0f %s/s = %.2fx the healthy job's %.0f (median of %zu healthy/fixed pairs: %s), "
@@ -187,7 +245,27 @@ v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::Verify
                 spec.throughput_vs_baseline_min(), tput_ok ? "ok" : "FAIL", skew, spec.rank_step_skew_max(),
                 skew_ok ? "ok" : "FAIL", static_cast<long long>(pairs.empty() ? 0 : steps), spec.window_steps(),
                 steps_ok ? "" : " FAIL");
-  v.set_detail(buf);
+  std::string detail = buf;
+  if (judge_loss) {
+    std::vector<double> fixed_loss, healthy_loss;
+    // NaN sorts nowhere: a non-finite loss is shown as inf.
+    auto finite_or_inf = [](double x) { return std::isnan(x) ? std::numeric_limits<double>::infinity() : x; };
+    for (const auto& p : pairs) {
+      fixed_loss.push_back(finite_or_inf(p.fixed.mean_loss));
+      healthy_loss.push_back(finite_or_inf(p.healthy.mean_loss));
+    }
+    std::snprintf(buf, sizeof(buf),
+                  "; mean loss %.4g over the same steps = %.2fx the healthy job's %.4g (pairs: %s), need <= %.2f %s",
+                  Median(fixed_loss), loss_ratio, Median(healthy_loss), list(loss_ratios).c_str(),
+                  spec.loss_vs_baseline_max(), loss_ok ? "ok" : "FAIL");
+    detail += buf;
+  }
+  if (judge_skips) {
+    std::snprintf(buf, sizeof(buf), "; optimiser steps skipped %.1f%% (need <= %.1f%%) %s", 100 * skipped,
+                  100 * spec.skipped_steps_max(), skips_ok ? "ok" : "FAIL");
+    detail += buf;
+  }
+  v.set_detail(detail);
   return v;
 }
 

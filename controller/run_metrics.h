@@ -56,6 +56,11 @@ struct WindowStats {
   double compute_ms = 0;                // forward + backward
   double comm_ms = 0;                   // exposed collective wait
   double padding_fraction = 0;
+  // The training signals: mean loss over ranks and steps (NaN or inf when
+  // any step's loss was), and the share of steps whose optimiser update was
+  // skipped (inf/NaN gradients).
+  double mean_loss = 0;
+  double skipped_fraction = 0;
 };
 
 // Throughput of a window in a verification unit: "tokens" or samples.
@@ -76,10 +81,28 @@ struct MeasuredPair {
   WindowStats healthy, fixed;
 };
 
+// fixed/healthy mean loss of one pair; +inf when the fixed loss is not
+// finite (or the healthy one is not a positive finite number, so no ratio
+// can say the fix is as good).
+double LossRatio(const WindowStats& healthy, const WindowStats& fixed);
+
+// A run's training signals, step by step, for `firedrill metrics`: the
+// whole run, thinned when long. Rows are admitted when their step is a
+// multiple of `stride`; when `cap` rows are held, every other one goes and
+// the stride doubles, so a run of any length keeps an even sample.
+struct History {
+  int64_t stride = 1;
+  std::vector<v1::MetricsRow> rows;
+};
+v1::MetricsRow MetricsRowOf(const v1::StepReport& s);
+void AppendHistory(const v1::StepReport& s, size_t cap, History* h);
+
 // Judges a fix on paired windows: the median over pairs of fixed/healthy
 // throughput (in the spec's unit) against the floor, the median of the
 // fixed windows' rank skew against the ceiling, and every fixed window
-// measured in full.
+// measured in full. Numerics drills (spec.loss_vs_baseline_max,
+// spec.skipped_steps_max) also judge the median of the per-pair loss ratios
+// and of the fixed windows' skipped shares.
 v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::VerifySpec& spec);
 
 }  // namespace firedrill::controller

@@ -271,7 +271,8 @@ bool SettingMatches(const v1::SetKey& want, const v1::FixSetting& got) {
   if (!want.value().empty()) return got.value() == want.value();
   char* end = nullptr;
   const double v = std::strtod(got.value().c_str(), &end);
-  return end != got.value().c_str() && *end == '\0' && v >= want.at_least();
+  return end != got.value().c_str() && *end == '\0' && v >= want.at_least() &&
+         (!want.has_at_most() || v <= want.at_most());
 }
 
 std::set<int> CulpritRanks(const v1::SessionRecord& record) {

@@ -77,6 +77,7 @@ Status SessionManager::ToolOffered(const Session& s, const std::string& tool) co
   if (tool == "flight_recorder") on = !t.has_flight_recorder() || t.flight_recorder();
   if (tool == "logs") on = !t.has_logs() || t.logs();
   if (tool == "node") on = !t.has_node() || t.node();
+  if (tool == "metrics") on = !t.has_metrics() || t.metrics();
   if (on) return Status::Ok();
   return FailedPrecondition("this drill does not offer " + tool +
                             " (`firedrill scenarios show " + s.scenario->id() + "` lists its tools)");

@@ -55,6 +55,9 @@ struct SessionManagerOptions {
   // verification read at most a few hundred; a drill's job runs until the
   // learner fixes it.
   size_t steps_kept = 4000;
+  // Rows of training signals kept per rank and run for `firedrill metrics`
+  // (the whole run; a longer one is thinned to every k-th step).
+  size_t history_rows = 20000;
   // Keys the session seed into the draws (controller/draws.h).
   std::string draw_key;
   // Simulated hosts as network namespaces (local launcher only); null: every
@@ -82,6 +85,7 @@ class SessionManager : public AgentListener {
   std::vector<v1::SessionInfo> List();
   StatusOr<v1::SessionStatus> GetStatus(const std::string& id);
   StatusOr<v1::TraceResponse> GetTrace(const v1::GetTraceRequest& req);
+  StatusOr<v1::MetricsResponse> GetMetrics(const v1::GetMetricsRequest& req);
   StatusOr<v1::LogsResponse> GetLogs(const v1::GetLogsRequest& req);
   StatusOr<v1::SubmitDiagnosisResponse> Diagnose(const v1::SubmitDiagnosisRequest& req);
   StatusOr<v1::ApplyFixResponse> Fix(const v1::ApplyFixRequest& req);
@@ -110,6 +114,7 @@ class SessionManager : public AgentListener {
     RankState state = RankState::kIdle;
     std::string message;
     std::vector<v1::StepReport> steps;  // this run's newest reports, in order
+    History history;                    // this run's training signals, the whole run
     std::chrono::steady_clock::time_point last_step_at;  // when the newest report arrived
   };
   struct Run {
@@ -138,6 +143,9 @@ class SessionManager : public AgentListener {
     std::set<std::string> replaced_hosts;  // hosts the learner moved ranks off
     std::set<std::string> netns_hosts;     // the fabric's hosts made for this session (HostKey)
     std::deque<v1::SessionEvent> events;
+    // The baseline's and the main run's histories (by run name), kept when
+    // the next run starts: `metrics --run baseline|main`.
+    std::map<std::string, std::vector<History>> kept_history;
     // Flight-recorder dumps being collected, by request: concurrent `fr`
     // calls each get their own replies.
     std::map<int64_t, std::map<int, v1::FlightRecord>> fr_replies;

@@ -137,6 +137,50 @@ StatusOr<v1::TraceResponse> SessionManager::GetTrace(const v1::GetTraceRequest& 
   return out;
 }
 
+StatusOr<v1::MetricsResponse> SessionManager::GetMetrics(const v1::GetMetricsRequest& req) {
+  auto sp = Find(req.session_id());
+  if (!sp.ok()) return sp.status();
+  Session& s = **sp;
+  std::lock_guard<std::mutex> lock(s.mu);
+  FD_RETURN_IF_ERROR(ToolOffered(s, "metrics"));
+  if (req.from_step() < 0 || (req.to_step() != 0 && req.to_step() <= req.from_step()))
+    return InvalidArgument("steps " + std::to_string(req.from_step()) + ":" + std::to_string(req.to_step()) +
+                           " is not a range (FROM:TO, TO exclusive and > FROM)");
+  const std::string& want = req.run();
+  if (!want.empty() && want != "baseline" && want != "main")
+    return InvalidArgument("run must be empty (the run in progress or the last one), \"baseline\" or \"main\", got \"" +
+                           want + "\"");
+  std::vector<const History*> from;
+  std::string run;
+  if (want.empty() || (s.run && want == Name(s.run->kind))) {
+    if (!s.run) return FailedPrecondition("no run has started in this session yet; try again shortly");
+    run = Name(s.run->kind);
+    for (const Rank& r : s.ranks) from.push_back(&r.history);
+  } else {
+    auto kept = s.kept_history.find(want);
+    if (kept == s.kept_history.end())
+      return FailedPrecondition("this session has no " + want + " run yet; try again when it has started");
+    run = want;
+    for (const History& h : kept->second) from.push_back(&h);
+  }
+  v1::MetricsResponse out;
+  out.set_session_id(req.session_id());
+  out.set_run(run);
+  int64_t stride = 1;
+  for (int rank = 0; rank < static_cast<int>(from.size()); ++rank) {
+    v1::RankMetrics* m = out.add_ranks();
+    m->set_rank(rank);
+    m->set_host(rank < s.rec.hosts_size() ? s.rec.hosts(rank) : "");
+    stride = std::max(stride, from[rank]->stride);
+    for (const auto& row : from[rank]->rows) {
+      if (row.step() < req.from_step() || (req.to_step() != 0 && row.step() >= req.to_step())) continue;
+      *m->add_rows() = row;
+    }
+  }
+  out.set_stride(stride);
+  return out;
+}
+
 void SessionManager::OnFlightRecord(const std::string& agent_id, const v1::FlightRecord& record) {
   auto s = SessionOfAgent(agent_id);
   if (!s) return;

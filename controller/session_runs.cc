@@ -137,6 +137,12 @@ Status SessionManager::EnsureAgents(Session& s, Lock& lock) {
 
 void SessionManager::StartRun(Session& s, RunKind kind, int64_t steps, bool with_faults,
                               const v1::JobSpec* job_spec) {
+  // The baseline's and the drill's own curves stay readable after them.
+  if (s.run && (s.run->kind == RunKind::kBaseline || s.run->kind == RunKind::kMain)) {
+    std::vector<History>& kept = s.kept_history[Name(s.run->kind)];
+    kept.clear();
+    for (Rank& r : s.ranks) kept.push_back(std::move(r.history));
+  }
   Run run;
   run.id = s.rec.info().session_id() + "-" + Name(kind) + "-" + std::to_string(++s.run_counter);
   run.kind = kind;
@@ -147,6 +153,7 @@ void SessionManager::StartRun(Session& s, RunKind kind, int64_t steps, bool with
   for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
     Rank& r = s.ranks[rank];
     r.steps.clear();
+    r.history = History{};
     r.message.clear();
     v1::ControllerMessage msg;
     v1::RunJob* job = msg.mutable_run();
@@ -307,6 +314,7 @@ void SessionManager::OnSteps(const std::string& agent_id, const v1::StepBatch& b
     Rank& r = s->ranks[step.rank()];
     if (r.agent_id != agent_id) continue;  // an agent reports for its own rank only
     r.steps.push_back(step);
+    AppendHistory(step, opts_.history_rows, &r.history);
     // Keep the newest: drop the older half when the cap is reached, so the
     // cost per report stays constant.
     if (r.steps.size() >= 2 * opts_.steps_kept) r.steps.erase(r.steps.begin(), r.steps.end() - opts_.steps_kept);

@@ -266,9 +266,15 @@ Check CheckRemediations(const v1::Scenario& s) {
         FD_CHECK(CheckRankRef(ap + ".replace_host", a.replace_host(), s));
       } else if (a.has_set()) {
         v1::JobSpec probe = s.job();  // the same check `firedrill fix --set` gets
-        char at_least[32];
-        std::snprintf(at_least, sizeof(at_least), "%.17g", a.set().at_least());
-        const std::string value = a.set().value().empty() ? at_least : a.set().value();
+        const v1::SetKey& want = a.set();
+        if (want.has_at_most() && !want.value().empty())
+          return Fail(ap + ".set.at_most", "give value, or a range (at_least / at_most), not both");
+        if (want.has_at_most() && !(want.at_most() >= want.at_least()))
+          return Fail(ap + ".set.at_most", Str("must be >= at_least (", want.at_least(), "), got ", want.at_most()));
+        // A number in the range stands for every learner's value.
+        char bound[32];
+        std::snprintf(bound, sizeof(bound), "%.17g", want.has_at_most() ? want.at_most() : want.at_least());
+        const std::string value = want.value().empty() ? bound : want.value();
         Status st = ApplyJobSetting(&probe, a.set().key(), value);
         if (!st.ok()) return Fail(ap + ".set", st.message());
         FD_CHECK(settable(ap + ".set.key", a.set().key()));
@@ -330,6 +336,13 @@ Check CheckScenario(const v1::Scenario& s) {
   if (v.throughput_unit() == "tokens" && s.job().model().kind() != "gpt-tiny")
     return Fail("verify.throughput_unit", "'tokens' needs a token model (gpt-tiny); this job's model is " + s.job().model().kind());
   FD_CHECK(InRange("verify.pairs", v.pairs(), 0, 10));
+  if (v.loss_vs_baseline_max() != 0 && !(v.loss_vs_baseline_max() >= 1.0 && v.loss_vs_baseline_max() <= 10.0))
+    return Fail("verify.loss_vs_baseline_max",
+                Str("must be 0 (off) or in [1, 10] (the fixed job's mean loss over the healthy job's), got ",
+                    v.loss_vs_baseline_max()));
+  if (v.has_skipped_steps_max() && !(v.skipped_steps_max() >= 0 && v.skipped_steps_max() <= 1))
+    return Fail("verify.skipped_steps_max",
+                Str("must be in [0, 1] (a share of the window's optimiser steps), got ", v.skipped_steps_max()));
   const v1::Rubric& b = s.rubric();
   FD_CHECK(AtLeast("rubric.cause", b.cause(), 0));
   FD_CHECK(AtLeast("rubric.culprit", b.culprit(), 0));

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -407,6 +408,142 @@ TEST(FaultOnset, IsTheStartOfTheFirstStepAtOrPastTheEarliestTrigger) {
   s.set_start_unix_ns(0);  // an agent that does not stamp steps
   EXPECT_EQ(FaultOnsetUnixMs(faults, s), 0);
   EXPECT_EQ(FaultOnsetUnixMs({}, s), 0);
+}
+
+}  // namespace
+}  // namespace firedrill::controller
+
+// --- Numerics drills: the loss and the skipped steps -------------------------
+
+namespace firedrill::controller {
+namespace {
+
+std::vector<std::vector<v1::StepReport>> LossReports(double loss, bool skipped, double bad_loss_at_step5) {
+  std::vector<std::vector<v1::StepReport>> per_rank(2);
+  for (int r = 0; r < 2; ++r)
+    for (int s = 0; s < 10; ++s) {
+      v1::StepReport st = Step(r, s, 100, 10);
+      st.set_loss(s == 5 && r == 1 ? bad_loss_at_step5 : loss + r);
+      st.set_skipped(skipped && s % 2 == 0);
+      per_rank[r].push_back(st);
+    }
+  return per_rank;
+}
+
+TEST(MeasureWindowTest, MeanLossAndSkippedShareOverTheWindowOnly) {
+  WindowStats w = MeasureWindow(LossReports(2.0, true, 3.0), 2, 6, 64);  // steps 2..7
+  // Rank 0: 2.0 x 6; rank 1: 3.0 x 6 (step 5's 3.0 is its own value).
+  EXPECT_DOUBLE_EQ(w.mean_loss, 2.5);
+  EXPECT_DOUBLE_EQ(w.skipped_fraction, 0.5);  // steps 2, 4, 6 of 2..7
+  w = MeasureWindow(LossReports(2.0, false, NAN), 2, 6, 64);
+  EXPECT_TRUE(std::isnan(w.mean_loss));  // one NaN step is a NaN window
+  EXPECT_DOUBLE_EQ(w.skipped_fraction, 0.0);
+}
+
+v1::VerifySpec LossSpec() {
+  v1::VerifySpec s = Spec();
+  s.set_throughput_vs_baseline_min(0.3);
+  s.set_loss_vs_baseline_max(1.10);
+  s.set_skipped_steps_max(0.05);
+  return s;
+}
+
+std::vector<MeasuredPair> LossPairs(double healthy_loss, double fixed_loss, double fixed_skipped) {
+  std::vector<MeasuredPair> out;
+  for (int i = 0; i < 3; ++i) {
+    MeasuredPair p{Window(5, 1000, 1.0), Window(5, 800, 1.0)};
+    p.healthy.mean_loss = healthy_loss;
+    p.fixed.mean_loss = fixed_loss;
+    p.fixed.skipped_fraction = fixed_skipped;
+    out.push_back(p);
+  }
+  return out;
+}
+
+TEST(VerifyLossTest, AFixedJobThatLearnsLikeTheHealthyOnePasses) {
+  const v1::Verification v = Verify(LossPairs(0.80, 0.84, 0.0), LossSpec());
+  EXPECT_TRUE(v.passed()) << v.detail();
+  EXPECT_NEAR(v.loss_ratio(), 1.05, 1e-12);
+  EXPECT_DOUBLE_EQ(v.loss_ratio_max(), 1.10);
+  EXPECT_NE(v.detail().find("= 1.05x the healthy job's 0.8"), std::string::npos) << v.detail();
+  EXPECT_NE(v.detail().find("skipped 0.0% (need <= 5.0%) ok"), std::string::npos) << v.detail();
+  EXPECT_EQ(v.pairs(0).fixed_loss(), 0.84);
+  EXPECT_EQ(v.pairs(0).healthy_loss(), 0.80);
+}
+
+TEST(VerifyLossTest, AFlatLossFailsThoughThroughputIsFine) {
+  // Every step skipped: the job runs fast and learns nothing.
+  v1::Verification v = Verify(LossPairs(0.80, 2.30, 1.0), LossSpec());
+  EXPECT_FALSE(v.passed());
+  EXPECT_GT(v.throughput_ratio(), 0.3);
+  EXPECT_NE(v.detail().find("need <= 1.10 FAIL"), std::string::npos) << v.detail();
+  EXPECT_NE(v.detail().find("skipped 100.0% (need <= 5.0%) FAIL"), std::string::npos) << v.detail();
+  // Learning, but skipping too many steps still fails.
+  v = Verify(LossPairs(0.80, 0.82, 0.20), LossSpec());
+  EXPECT_FALSE(v.passed()) << v.detail();
+}
+
+TEST(VerifyLossTest, ANonFiniteLossFailsAndIsNeverARatio) {
+  const v1::Verification v = Verify(LossPairs(0.80, NAN, 0.0), LossSpec());
+  EXPECT_FALSE(v.passed());
+  EXPECT_TRUE(std::isinf(v.loss_ratio()));
+  EXPECT_TRUE(std::isinf(LossRatio(Window(5, 1, 1), [] {
+    WindowStats w = Window(5, 1, 1);
+    w.mean_loss = INFINITY;
+    return w;
+  }())));
+  // A healthy job without a loss gives nothing to compare with: no pass.
+  EXPECT_TRUE(std::isinf(LossRatio(Window(5, 1, 1), Window(5, 1, 1))));
+}
+
+TEST(VerifyLossTest, DrillsThatDoNotJudgeTheLossAreUnchanged) {
+  const v1::Verification v = Verify(LossPairs(0.80, NAN, 1.0), Spec());
+  EXPECT_EQ(v.loss_ratio(), 0);
+  EXPECT_EQ(v.detail().find("loss"), std::string::npos) << v.detail();
+}
+
+// --- History: the whole run for `firedrill metrics` ---------------------------
+
+TEST(HistoryTest, KeepsEveryStepThenThinsEvenlyWhenFull) {
+  History h;
+  for (int s = 0; s < 8; ++s) {
+    v1::StepReport st = Step(0, s, 10, 1);
+    st.set_loss(100 - s);
+    AppendHistory(st, 8, &h);
+  }
+  // The 8th row filled it: every other row went, the stride doubled.
+  EXPECT_EQ(h.stride, 2);
+  ASSERT_EQ(h.rows.size(), 4u);
+  EXPECT_EQ(h.rows[1].step(), 2);
+  EXPECT_EQ(h.rows[1].loss(), 98);
+  for (int s = 8; s < 40; ++s) AppendHistory(Step(0, s, 10, 1), 8, &h);
+  EXPECT_LT(h.rows.size(), 8u);
+  EXPECT_EQ(h.rows.front().step(), 0);
+  for (size_t i = 1; i < h.rows.size(); ++i) EXPECT_EQ(h.rows[i].step() - h.rows[i - 1].step(), h.stride);
+  EXPECT_GE(h.rows.back().step() + h.stride, 39);  // it reaches the newest step
+}
+
+TEST(HistoryTest, ARowCarriesTheTrainingSignals) {
+  v1::StepReport s = Step(1, 7, 12.5, 2);
+  s.set_loss(2.3);
+  s.set_grad_norm(INFINITY);
+  s.set_loss_scale(16777216);
+  s.set_skipped(true);
+  s.set_skipped_total(8);
+  s.set_lr(0.05);
+  s.set_samples_per_s(5120);
+  s.set_global_batch(256);
+  const v1::MetricsRow r = MetricsRowOf(s);
+  EXPECT_EQ(r.step(), 7);
+  EXPECT_EQ(r.loss(), 2.3);
+  EXPECT_TRUE(std::isinf(r.grad_norm()));
+  EXPECT_EQ(r.loss_scale(), 16777216);
+  EXPECT_TRUE(r.skipped());
+  EXPECT_EQ(r.skipped_total(), 8);
+  EXPECT_EQ(r.lr(), 0.05);
+  EXPECT_EQ(r.samples_per_s(), 5120);
+  EXPECT_EQ(r.step_ms(), 12.5);
+  EXPECT_EQ(r.global_batch(), 256);
 }
 
 }  // namespace

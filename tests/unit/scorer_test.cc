@@ -504,5 +504,19 @@ TEST(MatchesRemediationTest, AtLeastAcceptsAnyNumberFromTheBound) {
   EXPECT_FALSE(MatchesRemediation(s, rec, Fix({}, {{"data.prefetch_depth", "16"}})));
 }
 
+TEST(MatchesRemediationTest, AtMostBoundsTheRangeFromAbove) {
+  v1::Scenario s = MakeScenario();
+  s.clear_remediations();
+  auto* set = s.add_remediations()->add_actions()->mutable_set();
+  set->set_key("loss_scale.init_scale");
+  set->set_at_least(1);
+  set->set_at_most(8192);
+  const v1::SessionRecord rec = MakeRecord();
+  EXPECT_TRUE(MatchesRemediation(s, rec, Fix({}, {{"loss_scale.init_scale", "1024"}})));
+  EXPECT_TRUE(MatchesRemediation(s, rec, Fix({}, {{"loss_scale.init_scale", "8192"}})));
+  EXPECT_FALSE(MatchesRemediation(s, rec, Fix({}, {{"loss_scale.init_scale", "16384"}})));
+  EXPECT_FALSE(MatchesRemediation(s, rec, Fix({}, {{"loss_scale.init_scale", "0.5"}})));
+}
+
 }  // namespace
 }  // namespace firedrill::controller

@@ -133,6 +133,7 @@ class StandIn {
       s->set_backward_ms(1);
       s->set_comm_ms(0.3);
       s->set_samples_per_s(1000);
+      s->set_loss(2.0 - 0.001 * static_cast<double>(step));
       s->set_thread_cpu_ns(1'500'000);
       s->mutable_cpu()->set_available(true);
       s->add_spans()->set_name("forward");
@@ -225,6 +226,7 @@ class SessionDriveTest : public ::testing::Test {
     v1::Scenario no_node = Drill();
     no_node.set_id("drive-no-node");
     no_node.mutable_tools()->set_node(false);
+    no_node.mutable_tools()->set_metrics(false);
     sm_ = std::make_unique<SessionManager>(opts, store_.get(), &pool_, std::vector<v1::Scenario>{Drill(), no_node});
     ASSERT_TRUE(sm_->Init().ok());
   }
@@ -354,6 +356,59 @@ TEST_F(SessionDriveTest, TraceAndNodeGetTheirOwnFieldsAndADrillCanWithholdTheNod
   EXPECT_FALSE(plain->ranks(0).steps(0).has_cpu()) << "no CPU counters by way of the trace either";
   EXPECT_EQ(plain->ranks(0).steps(0).thread_cpu_ns(), 0);
   EXPECT_GT(plain->ranks(0).steps(0).spans_size(), 0);
+}
+
+// `firedrill metrics`: the run in progress, the baseline kept after it
+// ended, a range, and a drill that withholds the tool.
+TEST_F(SessionDriveTest, MetricsShowTheCurrentRunAndKeepTheBaseline) {
+  for (int i = 0; i < 2; ++i) Agent("a" + std::to_string(i), "node-" + std::to_string(i));
+  WaitAgents(2);
+  const std::string id = StartRunning();
+  v1::GetMetricsRequest req;
+  req.set_session_id(id);
+  StatusOr<v1::MetricsResponse> now = FailedPrecondition("not yet");
+  for (int i = 0; i < 250; ++i) {  // until both ranks have a few steps
+    now = sm_->GetMetrics(req);
+    if (now.ok() && now->ranks_size() == 2 && now->ranks(0).rows_size() >= 5 && now->ranks(1).rows_size() >= 5)
+      break;
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(now.ok()) << now.status().message();
+  EXPECT_EQ(now->run(), "main");
+  EXPECT_EQ(now->stride(), 1);
+  ASSERT_GE(now->ranks(1).rows_size(), 5);
+  EXPECT_EQ(now->ranks(1).host(), "node-1");
+  EXPECT_EQ(now->ranks(1).rows(0).step(), 0);
+  EXPECT_EQ(now->ranks(1).rows(4).loss(), 2.0 - 0.004);
+
+  req.set_run("baseline");
+  auto base = sm_->GetMetrics(req);
+  ASSERT_TRUE(base.ok()) << base.status().message();
+  EXPECT_EQ(base->run(), "baseline");
+  ASSERT_EQ(base->ranks_size(), 2);
+  EXPECT_EQ(base->ranks(0).rows_size(), 12) << "warm-up + window: the whole baseline";
+  req.set_from_step(3);
+  req.set_to_step(5);
+  auto part = sm_->GetMetrics(req);
+  ASSERT_TRUE(part.ok());
+  ASSERT_EQ(part->ranks(0).rows_size(), 2);
+  EXPECT_EQ(part->ranks(0).rows(0).step(), 3);
+
+  req.set_run("verify");
+  EXPECT_EQ(sm_->GetMetrics(req).status().code(), StatusCode::kInvalidArgument);
+  req.set_run("");
+  req.set_from_step(5);
+  req.set_to_step(5);
+  EXPECT_EQ(sm_->GetMetrics(req).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(sm_->End(id).ok());
+  EXPECT_TRUE(TerminalState(WaitState(id, SessionState::kEnded)));
+
+  const std::string quiet = StartRunning("drive-no-node");
+  v1::GetMetricsRequest q;
+  q.set_session_id(quiet);
+  auto refused = sm_->GetMetrics(q);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("does not offer metrics"), std::string::npos) << refused.status().message();
 }
 
 TEST_F(SessionDriveTest, ConcurrentEndsAndAShutdownEndTheSessionOnce) {
