@@ -25,6 +25,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -70,6 +71,7 @@ v1::ApplyFixRequest WrongFix(const v1::Scenario& sc, int culprit) {
   else if (id == "quiet-night-page") set("comm.bucket_mb", "0.01");         // "tuning" a healthy job
   else if (id == "tokenizer-rollout") set("data.sampler", "length_bucketed");  // fixing the red herring
   else if (id == "monday-changes") set("data.sampler", "length_bucketed");     // half of the fix
+  else if (id == "mixed-precision-rollout") set("loss_scale.init_scale", "4194304");  // a quarter, still static
   else f.add_replace_host_ranks(culprit >= 0 ? (culprit + 1) % world : 0);     // a healthy host
   return f;
 }
@@ -84,8 +86,8 @@ v1::ApplyFixRequest AcceptedFix(const v1::Scenario& sc, const std::vector<v1::Re
     } else if (a.has_set()) {
       auto* s = f.add_settings();
       s->set_key(a.set().key());
-      s->set_value(a.set().value().empty() ? std::to_string(static_cast<int64_t>(a.set().at_least()))
-                                           : a.set().value());
+      const double bound = a.set().has_at_most() ? a.set().at_most() : a.set().at_least();
+      s->set_value(a.set().value().empty() ? std::to_string(static_cast<int64_t>(bound)) : a.set().value());
     } else if (a.no_change()) {
       f.set_no_change(true);
     }
@@ -130,6 +132,7 @@ struct Trial {
   int64_t seed = 0;
   bool done = false, passed = false;
   double ratio = 0, skew = 0;
+  double loss_ratio = 0;  // numerics drills: fixed/healthy mean loss (inf: not finite)
   int fix_points = 0, total = 0;
   double seconds = 0;
   std::string detail;
@@ -190,6 +193,7 @@ Trial Play(cli::DrillClient& c, const v1::Scenario& sc, int64_t seed, bool accep
     t.passed = v.passed();
     t.ratio = v.throughput_ratio();
     t.skew = v.rank_step_skew();
+    t.loss_ratio = v.loss_ratio();
     t.detail = v.detail();
     t.total = score->total();
     for (const auto& it : score->items())
@@ -206,7 +210,7 @@ nlohmann::json ToJson(const Trial& t) {
           {"seed", t.seed},         {"done", t.done},           {"passed", t.passed},
           {"ratio", t.ratio},       {"skew", t.skew},           {"fix_points", t.fix_points},
           {"total", t.total},       {"seconds", t.seconds},     {"detail", t.detail},
-          {"hosts", t.hosts}};
+          {"hosts", t.hosts},       {"loss_ratio", std::isfinite(t.loss_ratio) ? t.loss_ratio : 1e308}};
 }
 
 // The trials of earlier runs: a long measurement is taken in parts
@@ -228,6 +232,7 @@ std::vector<Trial> ReadTrials(const std::string& path) {
     t.passed = j.value("passed", false);
     t.ratio = j.value("ratio", 0.0);
     t.skew = j.value("skew", 0.0);
+    t.loss_ratio = j.value("loss_ratio", 0.0);
     t.fix_points = j.value("fix_points", 0);
     t.total = j.value("total", 0);
     t.seconds = j.value("seconds", 0.0);
@@ -274,6 +279,23 @@ void PrintTable(const std::vector<Trial>& results, const std::vector<v1::Scenari
                 Median(rw), rw.empty() ? 0.0 : *std::max_element(rw.begin(), rw.end()));
   }
   std::printf("\nfalse fails %d of %d accepted fixes, false passes %d of %d wrong fixes\n", ff, acc_n, fp, wrong_n);
+  // The numerics drills are judged on the loss too: its spread beside the ceiling.
+  bool header = false;
+  for (const auto& [key, ts] : by) {
+    const v1::Scenario* s = sc.count(key.first) ? sc[key.first] : nullptr;
+    if (s == nullptr || s->verify().loss_vs_baseline_max() <= 0) continue;
+    if (!header) {
+      std::printf("\n| scenario | condition | loss ratio max | accepted loss ratio median / max | "
+                  "wrong loss ratio min / median |\n|---|---|---|---|---|\n");
+      header = true;
+    }
+    std::vector<double> la, lw;
+    for (const auto* t : ts) (t->fix == "accepted" ? la : lw).push_back(t->loss_ratio);
+    std::printf("| %s | %s | %.2f | %.3f / %.3f | %.3f / %.3f |\n", key.first.c_str(), key.second.c_str(),
+                s->verify().loss_vs_baseline_max(), Median(la),
+                la.empty() ? 0.0 : *std::max_element(la.begin(), la.end()),
+                lw.empty() ? 0.0 : *std::min_element(lw.begin(), lw.end()), Median(lw));
+  }
 }
 
 }  // namespace

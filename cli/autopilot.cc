@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <thread>
 
 #include "analysis/straggler.h"
 #include "cli/client.h"
 #include "cli/demo.h"
 #include "cli/flight_recorder.h"
+#include "cli/metrics.h"
 #include "cli/output.h"
 #include "cli/probe.h"
 #include "common/stats.h"
@@ -120,7 +122,31 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
   context += ".\n";
   const auto& job = st.job();
 
-  // 1. Padding: most of what is computed is not data, and more of it than
+  // 1. Numerics first: a job whose optimiser skips most of its steps is not
+  // training, however fast it steps. GradScaler skips a step when the
+  // unscaled gradients hold an inf/NaN; with a scale that never backs off,
+  // that is every step.
+  const v1::RankStatus* newest = live.front();
+  for (const auto* r : live)
+    if (r->step() > newest->step()) newest = r;
+  const int64_t stepped = newest->step() + 1;
+  if (stepped >= 20 && newest->skipped_total() * 2 >= stepped) {
+    f = AutopilotFinding{};
+    f.found = true;
+    f.cause = "fp16-overflow";
+    const std::string mode = job.loss_scale().mode().empty() ? "default" : job.loss_scale().mode();
+    f.evidence = context + std::to_string(newest->skipped_total()) + " of " + std::to_string(stepped) +
+                 " optimiser steps were skipped for inf/NaN gradients, at a loss scale of " +
+                 Num(newest->loss_scale()) + " (precision " + (job.precision().empty() ? "fp32" : job.precision()) +
+                 ", loss_scale.mode " + mode + "): the scaled gradients do not fit in fp16 (largest value 65504), "
+                 "so no update reaches the weights and the loss cannot move. A dynamic scale (GradScaler) halves "
+                 "itself on every overflow until the gradients fit.";
+    Set(&f.fix, "loss_scale.mode", "dynamic");
+    out.push_back(f);
+    return out;
+  }
+
+  // 2. Padding: most of what is computed is not data, and more of it than
   // in the healthy baseline (which ran the same data).
   const double med_pad = Median(pad);
   const double base_pad = st.baseline().padding_fraction();
@@ -137,7 +163,7 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     out.push_back(f);
   }
 
-  // 2. Input pipeline: the loop waits for batches.
+  // 3. Input pipeline: the loop waits for batches.
   std::vector<int> starved;
   for (const auto* r : live)
     if (RankShares(*r).data >= 0.25) starved.push_back(r->rank());
@@ -168,7 +194,7 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     out.push_back(f);
   }
 
-  // 3. Everyone waits in communication: small buckets are visible in the config.
+  // 4. Everyone waits in communication: small buckets are visible in the config.
   // Checked before stragglers: when communication dominates, busy time is
   // small and noisy, and a 1.2x skew in it means little.
   const double med_comm = Median(comm);
@@ -184,7 +210,7 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     out.push_back(f);
     return out;
   }
-  // 4. One rank computes slower than the rest.
+  // 5. One rank computes slower than the rest.
   // Busy time under ~2 ms is mostly scheduling noise on shared cores: a
   // ratio there means nothing.
   std::vector<double> busy;
@@ -204,7 +230,7 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
   }
   if (!out.empty()) return out;
 
-  // 5. Every rank waits in communication, buckets are sane, compute is
+  // 6. Every rank waits in communication, buckets are sane, compute is
   // balanced (no straggler above) and the job is well off its baseline: the
   // interconnect. Which link, only a probe that isolates pairs can say.
   const double min_comm = *std::min_element(comm.begin(), comm.end());
@@ -313,6 +339,19 @@ std::string TraceEvidence(const v1::TraceResponse& trace) {
   return "The trace of steps " + std::to_string(lo) + "-" + std::to_string(hi) + " shows " + Num(Median(per_step), 0) +
          " all-reduce(s) per step, of " + Bytes(static_cast<int64_t>(Median(bytes))) + " each, taking " +
          Num(Median(ms), 2) + " ms each (medians over ranks and steps).";
+}
+
+std::string MetricsEvidence(const v1::MetricsResponse& m) {
+  const SeriesPoints loss = JobSeries(m, "loss"), norm = JobSeries(m, "grad_norm");
+  if (loss.values.size() < 2) return "";
+  int bad = 0;
+  for (double v : norm.values) bad += std::isfinite(v) ? 0 : 1;
+  const double a = loss.values.front(), b = loss.values.back();
+  return "The metrics of the " + m.run() + " run: loss " + Sig(a) + " at step " + std::to_string(loss.steps.front()) +
+         " and " + Sig(b) + " at step " + std::to_string(loss.steps.back()) + " (" +
+         (std::isfinite(a) && a != 0 ? Num(100 * (b - a) / a, 1) + "%" : std::string("not finite")) +
+         "); the gradient norm is inf/NaN at " + std::to_string(bad) + " of " + std::to_string(norm.values.size()) +
+         " steps.";
 }
 
 int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
@@ -426,6 +465,13 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
       const std::string seen = TraceEvidence(*trace);
       if (!seen.empty()) finding.evidence += " " + seen;
     }
+  }
+  for (auto& finding : findings) {
+    if (finding.cause != "fp16-overflow") continue;
+    // The curves say whether anything is learnt: the loss over the run.
+    v1::GetMetricsRequest mr;
+    mr.set_session_id(id);
+    if (auto m = client.GetMetrics(mr); m.ok()) finding.evidence += " " + MetricsEvidence(*m);
   }
   for (auto& finding : findings) {
     if (!finding.needs_probes) continue;

@@ -50,6 +50,8 @@ AutopilotFinding ReasonProbes(const AutopilotFinding& before, const v1::RunProbe
 // What the merged timeline says about the gradient all-reduces: how many a
 // step makes, how big and how long each is (medians over ranks and steps).
 std::string TraceEvidence(const v1::TraceResponse& trace);
+// What the loss and gradient-norm curves of a run show, in words.
+std::string MetricsEvidence(const v1::MetricsResponse& m);
 
 int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed);
 

@@ -3,6 +3,7 @@
 #include "faults/collective_desync.h"
 #include "faults/comm_misconfig.h"
 #include "faults/dataloader_starvation.h"
+#include "faults/fp16_overflow.h"
 #include "faults/padding_waste.h"
 #include "faults/slow_link.h"
 #include "faults/straggler.h"
@@ -28,6 +29,8 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
        nullptr, ApplyTinyBuckets},
       {"collective_desync", Scope::kRank, ValidateCollectiveDesync,
        nullptr, ApplyCollectiveDesync},
+      {"fp16_overflow", Scope::kRank, ValidateFp16Overflow,
+       nullptr, ApplyFp16Overflow},
       {"comm_misconfig", Scope::kHost, ValidateCommMisconfig,
        [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
          return std::make_unique<CommMisconfig>(id, f.comm_misconfig().socket_ifname());

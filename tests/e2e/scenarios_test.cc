@@ -46,6 +46,8 @@ const std::vector<Case> kCases = {
     {"quiet-night-page", 81, {"no-fault"}},
     {"tokenizer-rollout", 82, {"straggler"}},
     {"monday-changes", 83, {"padding-waste", "straggler"}},
+    // Batch size and precision.
+    {"mixed-precision-rollout", 91, {"fp16-overflow"}},
 };
 
 class ScenarioTest : public ControllerTest {
@@ -127,6 +129,13 @@ TEST_F(ScenarioTest, BiggerBucketsDoNotFixASlowLink) {
   ExpectWrongFixFails(c(), "allreduce-slowdown", 73, "small-buckets", "comm.bucket_mb", "100");
 }
 
+TEST_F(ScenarioTest, AStaticScaleQuarteredStillOverflows) {
+  // The loss does not move, so a learning-rate problem looks plausible
+  // (numerics class); a static scale a quarter as big still overflows fp16
+  // on every step.
+  ExpectWrongFixFails(c(), "mixed-precision-rollout", 92, "lr-divergence", "loss_scale.init_scale", "4194304");
+}
+
 // All text a learner can read before diagnosing, with the scenario ids cut
 // out: the learner picked one from the catalogue, and the session list shows
 // earlier ones.
@@ -192,6 +201,8 @@ TEST_F(ScenarioTest, NothingALearnerReadsNamesTheFaultOrTheAnswer) {
                                                                  {"scenarios", "list", "--json"},
                                                                  {"logs", "--rank", "0", "--tail", "200"},
                                                                  {"fr"},
+                                                                 {"metrics"},
+                                                                 {"metrics", "--run", "baseline", "--json"},
                                                                  {"score", "--json"}}) {
       auto a = args;
       a.insert(a.end(), {"--session", info->session_id()});

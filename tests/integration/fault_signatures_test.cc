@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "analysis/flight_records.h"
 #include "common/stats.h"
@@ -208,6 +209,76 @@ TEST(FaultSignature, TinyBucketsTurnOneAllReduceIntoManyLatencyBoundOnes) {
     // against one for the whole model.
     EXPECT_GE(per_step(tiny[r]), 10 * per_step(healthy[r])) << "rank " << r;
     EXPECT_GT(MedianOf(tiny[r], comm), 2.0 * MedianOf(healthy[r], comm)) << "rank " << r;
+  }
+}
+
+TEST(FaultSignature, Fp16OverflowSkipsEveryStepSoTheLossNeverMoves) {
+  v1::JobSpec job = SmallJob(2);
+  job.set_steps(40);
+  v1::ResolvedFault f = Fault("fp16_overflow");
+  f.mutable_fp16_overflow()->set_init_scale(16777216);  // 2^24
+  const auto healthy = RunJob(job, {});
+  const auto faulty = RunFaulty(job, f);
+  // The fixes keep mixed precision: GradScaler's dynamic scale, or bf16.
+  v1::JobSpec dynamic = job, bf16 = job;
+  faults::ApplyFaultsToJob({f}, &dynamic);
+  faults::ApplyFaultsToJob({f}, &bf16);
+  dynamic.mutable_loss_scale()->set_mode("dynamic");
+  bf16.set_precision("bf16");
+  // Over Gloo too, and with gradients in two buckets (the first 1 MB, as
+  // DDP's): every bucket's inf must reach every rank's check.
+  std::vector<RankConfig> gloo(2);
+  for (auto& c : gloo) c.shared_memory = false;
+  dynamic.mutable_model()->set_input_dim(256);
+  dynamic.mutable_model()->set_hidden(512);
+  dynamic.mutable_optim()->set_lr(0.05);
+  v1::JobSpec healthy_big = job;
+  *healthy_big.mutable_model() = dynamic.model();
+  *healthy_big.mutable_optim() = dynamic.optim();
+  const auto fixed = RunJob(dynamic, gloo);
+  const auto fixed_ref = RunJob(healthy_big, gloo);
+  const auto bf = RunJob(bf16, {});
+  for (const auto* run : {&healthy, &faulty, &fixed, &fixed_ref, &bf}) ExpectAllOk(*run);
+  // Mean loss over the first and the last five steps of a run.
+  auto ends = [](const RankResult& r) {
+    double first = 0, last = 0;
+    const size_t n = r.reports.size();
+    for (size_t i = 0; i < 5; ++i) {
+      first += r.reports[i].loss() / 5;
+      last += r.reports[n - 1 - i].loss() / 5;
+    }
+    return std::make_pair(first, last);
+  };
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const auto [h0, h1] = ends(healthy[r]);
+    const auto [f0, f1] = ends(faulty[r]);
+    EXPECT_LT(h1, 0.8 * h0) << "the healthy job learns";
+    // Every step overflowed and was skipped: the weights never moved.
+    EXPECT_EQ(faulty[r].reports.back().skipped_total(), 40);
+    EXPECT_GT(f1, 0.9 * f0) << "the loss stays where it started";
+    EXPECT_GT(f1, 1.1 * h1) << "and well above the healthy job's";
+    for (const auto& s : faulty[r].reports) {
+      EXPECT_TRUE(s.skipped());
+      EXPECT_FALSE(std::isfinite(s.grad_norm())) << "step " << s.step();
+      EXPECT_EQ(s.loss_scale(), 16777216);
+    }
+    // Dynamic scaling halves from 2^24 until the gradients fit: a few
+    // skipped steps, then it learns.
+    const auto [d0, d1] = ends(fixed[r]);
+    const int64_t skips = fixed[r].reports.back().skipped_total();
+    EXPECT_LE(skips, 12);
+    EXPECT_GE(skips, 1);
+    // Each overflow halved the scale; 40 clean steps are far from a growth.
+    EXPECT_EQ(fixed[r].reports.back().loss_scale(), std::ldexp(1.0, 24 - static_cast<int>(skips)));
+    // Then it learns as the fp32 job does, with no inf/NaN reaching the weights.
+    for (const auto& st : fixed[r].reports) EXPECT_TRUE(std::isfinite(st.loss())) << "step " << st.step();
+    const auto [r0, r1] = ends(fixed_ref[r]);
+    EXPECT_LT(d1, r1 + 0.1 * r0) << "fp16 with a dynamic scale follows fp32's loss";
+    EXPECT_LT(d1, d0);
+    const auto [b0, b1] = ends(bf[r]);
+    EXPECT_EQ(bf[r].reports.back().skipped_total(), 0) << "bf16 has fp32's range: nothing overflows";
+    EXPECT_LT(b1, 0.8 * b0);
   }
 }
 

@@ -36,6 +36,27 @@ TEST(Autopilot, HealthyJobHasNoFinding) {
   EXPECT_FALSE(Reason(v1::SessionStatus()).found) << "no telemetry yet";
 }
 
+TEST(Autopilot, AnOptimiserThatSkipsMostStepsIsNotTrainingHoweverFastItRuns) {
+  auto st = Job(0.2, 3, 6, 1);  // phase times of a healthy job
+  st.mutable_job()->set_precision("fp16");
+  st.mutable_job()->mutable_loss_scale()->set_mode("static");
+  for (auto& r : *st.mutable_ranks()) {
+    r.set_step(79);
+    r.set_skipped_total(80);
+    r.set_loss_scale(16777216);
+  }
+  const auto all = ReasonAll(st);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].cause, "fp16-overflow");
+  ASSERT_EQ(all[0].fix.settings_size(), 1);
+  EXPECT_EQ(all[0].fix.settings(0).key(), "loss_scale.mode");
+  EXPECT_EQ(all[0].fix.settings(0).value(), "dynamic");
+  EXPECT_NE(all[0].evidence.find("80 of 80 optimiser steps were skipped"), std::string::npos) << all[0].evidence;
+  // A dynamic scaler skipping now and then is working as designed.
+  for (auto& r : *st.mutable_ranks()) r.set_skipped_total(6);
+  EXPECT_FALSE(Reason(st).found);
+}
+
 TEST(Autopilot, DataWaitOnEveryRankIsStarvationOfTheWholeJob) {
   const auto f = Reason(Job(18, 2, 4, 2));
   ASSERT_TRUE(f.found);

@@ -81,6 +81,32 @@ TEST(ConfigFaults, PaddingWasteAndTinyBucketsChangeOnlyTheirSettings) {
   EXPECT_EQ(untouched.DebugString(), want.DebugString()) << "runtime-only kinds change no settings";
 }
 
+TEST(ConfigFaults, Fp16OverflowDeploysFp16WithAStaticScaleAndNothingElse) {
+  const FaultKind* k = FindFaultKind("fp16_overflow");
+  ASSERT_NE(k, nullptr);
+  v1::FaultSpec f = Spec("fp16_overflow");
+  f.mutable_fp16_overflow()->set_init_scale(65536);  // GradScaler's own start: not a fault
+  EXPECT_NE(k->validate(f).message().find("params.init_scale"), std::string::npos) << k->validate(f).message();
+  f.mutable_fp16_overflow()->set_init_scale(1e39);   // beyond fp32
+  EXPECT_FALSE(k->validate(f).ok());
+  f.mutable_fp16_overflow()->set_init_scale(16777216);
+  EXPECT_TRUE(k->validate(f).ok()) << k->validate(f).message();
+
+  v1::ResolvedFault rf;
+  rf.set_kind("fp16_overflow");
+  *rf.mutable_fp16_overflow() = f.fp16_overflow();
+  v1::JobSpec job;
+  job.set_world_size(4);
+  job.set_precision("fp32");
+  job.mutable_loss_scale()->set_growth_interval(100);
+  v1::JobSpec want = job;
+  ApplyFaultsToJob({rf}, &job);
+  want.set_precision("fp16");
+  want.mutable_loss_scale()->set_mode("static");
+  want.mutable_loss_scale()->set_init_scale(16777216);
+  EXPECT_EQ(job.DebugString(), want.DebugString());
+}
+
 TEST(ConfigFaults, AllRanksTargetReachesEveryRankOnEveryHost) {
   v1::Scenario s;
   s.mutable_job()->set_world_size(3);
