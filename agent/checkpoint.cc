@@ -389,6 +389,12 @@ std::string FormatUtc(int64_t unix_ms) {
   return buf;
 }
 
+std::string Sha256Hex(const void* data, size_t n) {
+  Sha256 sha;
+  sha.Update(data, n);
+  return sha.HexDigest();
+}
+
 StatusOr<std::string> Sha256File(const std::string& path) {
   std::string hex;
   FD_RETURN_IF_ERROR(ReadHashed(path, &hex, nullptr));

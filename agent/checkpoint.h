@@ -137,6 +137,8 @@ Status ExportConsolidated(const std::string& step_dir, const std::string& out_fi
 
 // SHA-256 of a file, lowercase hex (OpenSSL EVP).
 StatusOr<std::string> Sha256File(const std::string& path);
+// SHA-256 of `n` bytes at `data`, lowercase hex; "" if OpenSSL failed.
+std::string Sha256Hex(const void* data, size_t n);
 
 // "2024-05-01T12:34:56Z" (UTC), for manifests and listings.
 std::string FormatUtc(int64_t unix_ms);

@@ -8,8 +8,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -116,6 +118,34 @@ Status ValidateJob(const TrainerOptions& o) {
 
 constexpr double kDefaultCommTimeoutS = 30.0;
 
+// The parameter seam: the model's own fp32 parameters, changed in place
+// under the lock the optimiser takes. Says nothing in the log: a flipped
+// bit leaves no trace but the value.
+class ParameterBits : public faults::ParameterSeam {
+ public:
+  ParameterBits(const std::vector<at::Tensor>* params, std::mutex* mu) : params_(params), mu_(mu) {}
+  Status FlipBit(faults::FaultId id, int64_t tensor, int64_t element, int bit) override {
+    if (bit < 0 || bit > 31) return InvalidArgument("bit " + std::to_string(bit) + " is not a bit of an fp32 value");
+    std::lock_guard<std::mutex> lock(*mu_);
+    if (!flipped_.insert(id).second) return Status::Ok();
+    if (params_->empty()) return FailedPrecondition("the model has no parameters to corrupt");
+    const at::Tensor& p = (*params_)[static_cast<size_t>(tensor) % params_->size()];
+    if (p.scalar_type() != at::kFloat || !p.is_contiguous() || p.numel() == 0)
+      return FailedPrecondition("parameter " + std::to_string(tensor) + " is not a dense fp32 tensor");
+    float* v = p.data_ptr<float>() + element % p.numel();
+    uint32_t u;
+    std::memcpy(&u, v, sizeof u);
+    u ^= 1u << bit;
+    std::memcpy(v, &u, sizeof u);
+    return Status::Ok();
+  }
+
+ private:
+  const std::vector<at::Tensor>* params_;
+  std::mutex* mu_;
+  std::set<faults::FaultId> flipped_;
+};
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -133,6 +163,7 @@ struct Trainer::Impl {
   faults::StorageLatency storage;
   std::unique_ptr<faults::LinkModel> link;  // tc on the host's own interface, or waits
   faults::FaultEnvironment environment;
+  std::unique_ptr<ParameterBits> parameter_bits;
   faults::Seams seams;
   std::unique_ptr<faults::FaultRunner> faults;
   // The sleep fallback of a slowed compute phase: (factor - 1) x the compute
@@ -168,6 +199,10 @@ struct Trainer::Impl {
   // After `steps` steps, when some rank voted for a probe: runs it on a
   // fresh group of its own and reports; a failure is reported, not returned.
   void RunProbes(comm::ProcessGroup& pg, int64_t steps, const std::atomic<bool>& stop);
+  // `probe checksum`: a SHA-256 of every parameter tensor as this rank holds
+  // it, in the model's order (what Megatron-LM's
+  // check_param_hashes_across_dp_replicas compares).
+  Status Checksums(v1::ProbeReport* out);
   int64_t probe_rounds = 0;
   std::string who() const { return "rank " + std::to_string(rank); }
 };
@@ -216,7 +251,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
   } else {
     impl->link = std::make_unique<faults::ShapedLink>(opts.link_ifname);
   }
-  impl->seams = faults::Seams{impl->compute.get(), &impl->storage, impl->link.get(), &impl->environment};
+  impl->parameter_bits = std::make_unique<ParameterBits>(&impl->params, &impl->param_mu);
+  impl->seams = faults::Seams{impl->compute.get(), &impl->storage, impl->link.get(), &impl->environment,
+                              impl->parameter_bits.get()};
   // Measured before any budget applies (the probe's own GEMMs must never be
   // what runs out of simulated memory).
   if (opts.telemetry) impl->peak_flops = PeakMatmulFlops(impl->threads);
@@ -693,16 +730,31 @@ void Trainer::Impl::RunProbes(comm::ProcessGroup& pg, int64_t steps, const std::
     v1::ProbeReport started = report;
     started.set_started(true);
     opts.probes->Report(started);
+    if (req->spec().op() == "checksum") return Checksums(&report);
     return RunProbe(**group, req->spec(), steps, &report, &stop);
   }();
   if (!st.ok()) {
     report.clear_rows();
     report.clear_pairs();
+    report.clear_checksums();
     report.set_error(who() + " after step " + std::to_string(steps) + ": " + st.message());
   }
   spdlog::info("rank {}: probe {} after step {} took {:.0f} ms{}", rank, req ? req->spec().op() : "?", steps,
                MsSince(t0, Clock::now()), st.ok() ? "" : ": " + st.message());
   if (opts.probes && req) opts.probes->Report(report);
+}
+
+Status Trainer::Impl::Checksums(v1::ProbeReport* out) {
+  std::lock_guard<std::mutex> lock(param_mu);
+  for (const auto& kv : model->module().named_parameters()) {
+    const at::Tensor t = kv.value().detach().contiguous();
+    v1::TensorChecksum* c = out->add_checksums();
+    c->set_name(kv.key());
+    c->set_numel(t.numel());
+    c->set_sha256(Sha256Hex(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size()));
+    if (c->sha256().empty()) return Internal("SHA-256 of parameter " + kv.key() + " failed (OpenSSL)");
+  }
+  return Status::Ok();
 }
 
 Status Trainer::Impl::SaveCheckpoint(comm::ProcessGroup& pg, const DataLoader& loader, int64_t steps) {

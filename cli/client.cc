@@ -86,6 +86,19 @@ StatusOr<v1::MetricsResponse> DrillClient::GetMetrics(const v1::GetMetricsReques
   return Call(&v1::Drill::Stub::GetMetrics, req, deadline_);
 }
 
+StatusOr<v1::ListCheckpointsResponse> DrillClient::ListCheckpoints(const std::string& session_id) {
+  v1::ListCheckpointsRequest req;
+  req.set_session_id(session_id);
+  return Call(&v1::Drill::Stub::ListCheckpoints, req, deadline_);
+}
+
+StatusOr<v1::VerifyCheckpointResponse> DrillClient::VerifyCheckpoint(const std::string& session_id, int64_t step) {
+  v1::VerifyCheckpointRequest req;
+  req.set_session_id(session_id);
+  req.set_step(step);
+  return Call(&v1::Drill::Stub::VerifyCheckpoint, req, deadline_);
+}
+
 StatusOr<v1::LogsResponse> DrillClient::GetLogs(const v1::GetLogsRequest& req) {
   return Call(&v1::Drill::Stub::GetLogs, req, deadline_);
 }

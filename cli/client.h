@@ -29,6 +29,8 @@ class DrillClient {
   StatusOr<v1::SessionStatus> GetStatus(const std::string& session_id);
   StatusOr<v1::TraceResponse> GetTrace(const v1::GetTraceRequest& req);
   StatusOr<v1::MetricsResponse> GetMetrics(const v1::GetMetricsRequest& req);
+  StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(const std::string& session_id);
+  StatusOr<v1::VerifyCheckpointResponse> VerifyCheckpoint(const std::string& session_id, int64_t step);
   StatusOr<v1::LogsResponse> GetLogs(const v1::GetLogsRequest& req);
   StatusOr<v1::FlightRecorderResponse> GetFlightRecorder(const std::string& session_id);
   // Waits for a step boundary (a minute) and the sweep (ten).

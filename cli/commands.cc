@@ -293,9 +293,10 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   std::string probe_op, probe_min, probe_max;
   int probe_factor = 0, probe_iters = 0, probe_warmup = -1;
   auto* probe = app.add_subcommand("probe", "measure the job's collectives between its steps, like nccl-tests");
-  probe->add_option("OP", probe_op, "allreduce | allgather | reducescatter | p2p")
+  probe->add_option("OP", probe_op,
+                    "allreduce | allgather | reducescatter | p2p | checksum (every parameter's hash on every rank)")
       ->required()
-      ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "p2p"}));
+      ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "p2p", "checksum"}));
   probe->add_option("-b,--min", probe_min, "smallest size (default 8; p2p: --max)");
   probe->add_option("-e,--max", probe_max, "largest size (default 16M; p2p: the message size, default 4M)");
   probe->add_option("-f,--factor", probe_factor, "size multiplier between rows (default 2)");
@@ -328,6 +329,13 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   metrics->add_option("--rank", metrics_rank, "one rank (default: the job, over every rank)")->check(CLI::Range(0, 4096));
   metrics->add_flag("--csv", metrics_csv, "print CSV (step,rank,series...) instead of plots");
 
+  auto* ckpt = app.add_subcommand("ckpt", "the job's checkpoints, each verified as a resume would (manifest, SHA-256)");
+  ckpt->require_subcommand(1);
+  auto* ckpt_list = ckpt->add_subcommand("list", "every checkpoint, newest first: valid or why not, and what a resume redoes");
+  int64_t ckpt_step = -1;
+  auto* ckpt_verify = ckpt->add_subcommand("verify", "one checkpoint: what was checked, or the first problem");
+  ckpt_verify->add_option("STEP", ckpt_step, "the checkpoint's step (`firedrill ckpt list`)")->required();
+
   std::vector<std::string> causes;
   std::string note;
   std::vector<int> ranks;
@@ -345,6 +353,11 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   fix->add_option("--replace-host", replace, "move RANK to a fresh host (repeatable)");
   fix->add_option("--set", sets, "change a job setting, KEY=VALUE (repeatable; `firedrill config` lists them)");
   fix->add_flag("--no-change", no_change, "the fix is to change nothing (you found no fault)");
+  int64_t resume_from = -1;
+  fix->add_option("--resume-from", resume_from,
+                  "restart the job from the checkpoint of step STEP (`firedrill ckpt list`): "
+                  "checkpoint.resume_from=<the job's checkpoint dir>/step-STEP")
+      ->check(CLI::NonNegativeNumber);
   fix->add_flag("--no-wait", no_wait, "return without waiting for verification");
 
   auto* hint = app.add_subcommand("hint", "take a hint (costs points)");
@@ -406,7 +419,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (sessions->parsed()) return PrintOr(ctx, client.ListSessions(), &PrintSessions);
   if (start->parsed()) return CmdStart(ctx, client, scenario, seed, !no_wait);
   if (diagnose->parsed()) return CmdDiagnose(ctx, client, causes, ranks, note);
-  if (fix->parsed()) return CmdFix(ctx, client, replace, sets, no_change, !no_wait);
+  if (fix->parsed()) return CmdFix(ctx, client, replace, sets, no_change, !no_wait, resume_from);
   if (hint->parsed()) return CmdHint(ctx, client);
   if (end->parsed()) return CmdEnd(ctx, client);
   auto id = CurrentSession(ctx);
@@ -448,6 +461,14 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   }
   if (trace->parsed()) return CmdTrace(ctx, client, *id, trace_out, trace_steps);
   if (node->parsed()) return CmdNode(ctx, client, *id, node_rank, node_steps);
+  if (ckpt_list->parsed()) return PrintOr(ctx, client.ListCheckpoints(*id), &PrintCheckpoints);
+  if (ckpt_verify->parsed()) {
+    auto v = client.VerifyCheckpoint(*id, ckpt_step);
+    if (!v.ok()) return Fail(ctx, v.status());
+    if (ctx.json) *ctx.out << ToJson(*v) << "\n";
+    else PrintCheckpointVerify(*v, *ctx.out);
+    return v->valid() ? 0 : 1;
+  }
   if (metrics->parsed())
     return CmdMetrics(ctx, client, *id, metrics_series, metrics_steps, metrics_run, metrics_rank, metrics_csv);
   if (config->parsed()) {

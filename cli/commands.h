@@ -70,7 +70,7 @@ int CmdStart(CliContext& ctx, DrillClient& client, const std::string& scenario, 
 int CmdDiagnose(CliContext& ctx, DrillClient& client, const std::vector<std::string>& causes,
                 const std::vector<int>& ranks, const std::string& note);
 int CmdFix(CliContext& ctx, DrillClient& client, const std::vector<int>& replace, const std::vector<std::string>& sets,
-           bool no_change, bool wait);
+           bool no_change, bool wait, int64_t resume_from = -1);
 int CmdHint(CliContext& ctx, DrillClient& client);
 int CmdScore(CliContext& ctx, DrillClient& client, const std::string& id);
 int CmdEnd(CliContext& ctx, DrillClient& client);

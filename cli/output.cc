@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <iterator>
 #include <iostream>
 #include <utility>
@@ -75,6 +76,7 @@ void PrintScenarioDetail(const v1::ScenarioDetail& d, std::ostream& out) {
   if (!t.has_logs() || t.logs()) tools += ", logs";
   if (!t.has_node() || t.node()) tools += ", node";
   if (!t.has_metrics() || t.metrics()) tools += ", metrics";
+  if (!t.has_checkpoints() || t.checkpoints()) tools += ", ckpt";
   if (!t.has_flight_recorder() || t.flight_recorder()) tools += ", fr";
   if (!t.has_probes() || t.probes()) tools += ", probe";
   if (t.slow_rank_flag()) tools += ", the slow-rank flag (SLOW in status)";
@@ -204,6 +206,33 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     const int first = std::max(0, st.events_size() - 6);
     for (int i = first; i < st.events_size(); ++i) out << "  " << st.events(i).message() << "\n";
   }
+}
+
+void PrintCheckpoints(const v1::ListCheckpointsResponse& r, std::ostream& out) {
+  out << "checkpoints under " << r.dir() << " (the job has done " << r.steps_done() << " steps)\n";
+  if (r.checkpoints_size() == 0) {
+    out << "none yet\n";
+    return;
+  }
+  Table t({"STEP", "STATUS", "SHARDS", "BYTES", "CREATED (UTC)", "A RESUME REDOES"});
+  for (const auto& c : r.checkpoints()) {
+    std::string created = "-";
+    if (c.created_unix_ms() > 0) {
+      const std::time_t secs = static_cast<std::time_t>(c.created_unix_ms() / 1000);
+      char buf[32];
+      std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::gmtime(&secs));
+      created = buf;
+    }
+    t.Add({std::to_string(c.step()), c.valid() ? "valid" : "INVALID: " + c.reason(),
+           std::to_string(c.shards()) + (c.world_size() > 0 ? "/" + std::to_string(c.world_size()) : ""),
+           Bytes(c.bytes()), created, std::to_string(c.steps_lost()) + " steps"});
+  }
+  t.Print(out);
+  out << "(valid: the manifest is there and every shard has the size and SHA-256 it lists, as a resume checks)\n";
+}
+
+void PrintCheckpointVerify(const v1::VerifyCheckpointResponse& r, std::ostream& out) {
+  out << "step " << r.step() << ": " << (r.valid() ? "valid" : "INVALID") << "\n" << r.detail() << "\n";
 }
 
 void PrintVerification(const v1::Verification& v, std::ostream& out) {

@@ -42,6 +42,10 @@ bool SessionOver(const std::string& state);
 // environment); unset (default) fields are left out.
 void PrintConfig(const v1::SessionStatus& st, std::ostream& out);
 void PrintVerification(const v1::Verification& v, std::ostream& out);
+// `ckpt list`: newest first, each with its verification and the steps a
+// resume from it would redo; `ckpt verify`: one checkpoint.
+void PrintCheckpoints(const v1::ListCheckpointsResponse& r, std::ostream& out);
+void PrintCheckpointVerify(const v1::VerifyCheckpointResponse& r, std::ostream& out);
 void PrintScore(const v1::ScoreReport& r, std::ostream& out);
 
 // Redraws one line on stderr if it is a terminal; otherwise silent.

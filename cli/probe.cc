@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 
+#include "cli/output.h"
 #include "collectives/collective.h"
 #include "common/stats.h"
 
@@ -103,9 +104,35 @@ void PrintMatrix(const v1::RunProbeResponse& r, std::ostream& out) {
 
 }  // namespace
 
+// Each parameter tensor's hash on every rank, shortened to 8 hex digits
+// (as `git log --oneline` shortens commits), and how many differ.
+void PrintChecksums(const v1::RunProbeResponse& r, std::ostream& out) {
+  out << "# firedrill probe checksum: SHA-256 of every parameter tensor (fp32 values) on each of the job's "
+      << r.world_size() << " ranks, after step " << r.step() << "\n";
+  PrintRanks(r, out);
+  std::vector<std::string> header = {"TENSOR", "NUMEL"};
+  for (int i = 0; i < r.world_size(); ++i) header.push_back("RANK " + std::to_string(i));
+  header.push_back("DISTINCT");
+  Table t(header);
+  int same = 0;
+  for (const auto& p : r.checksums()) {
+    std::vector<std::string> row = {p.name(), std::to_string(p.numel())};
+    for (const auto& h : p.sha256()) row.push_back(h.substr(0, 8));
+    row.push_back(std::to_string(p.distinct()));
+    t.Add(std::move(row));
+    same += p.distinct() == 1 ? 1 : 0;
+  }
+  t.Print(out);
+  out << "# " << same << " of " << r.checksums_size() << " tensors hash the same on every rank\n";
+}
+
 void PrintProbe(const v1::RunProbeResponse& r, std::ostream& out) {
   if (r.spec().op() == "p2p") {
     PrintMatrix(r, out);
+    return;
+  }
+  if (r.spec().op() == "checksum") {
+    PrintChecksums(r, out);
     return;
   }
   const auto& s = r.spec();

@@ -187,11 +187,13 @@ int CmdDiagnose(CliContext& ctx, DrillClient& client, const std::vector<std::str
 }
 
 int CmdFix(CliContext& ctx, DrillClient& client, const std::vector<int>& replace, const std::vector<std::string>& sets,
-           bool no_change, bool wait) {
+           bool no_change, bool wait, int64_t resume_from) {
   v1::ApplyFixRequest req;
   for (const auto& kv : sets) {
     auto s = ParseSetting(kv);
     if (!s.ok()) return Fail(ctx, s.status());
+    if (resume_from >= 0 && s->key() == "checkpoint.resume_from")
+      return Fail(ctx, InvalidArgument("give --resume-from STEP or --set checkpoint.resume_from=..., not both"));
     *req.add_settings() = *s;
   }
   std::set<int> seen;
@@ -200,13 +202,24 @@ int CmdFix(CliContext& ctx, DrillClient& client, const std::vector<int>& replace
     req.add_replace_host_ranks(r);
   }
   req.set_no_change(no_change);
-  if (sets.empty() && replace.empty() && !no_change) {
-    return Fail(ctx, InvalidArgument("a fix needs --set KEY=VALUE or --replace-host RANK, or --no-change if nothing "
-                                     "needs changing; a session has one fix, and it ends the attempt"));
+  if (sets.empty() && replace.empty() && resume_from < 0 && !no_change) {
+    return Fail(ctx, InvalidArgument("a fix needs --set KEY=VALUE, --replace-host RANK or --resume-from STEP, or "
+                                     "--no-change if nothing needs changing; a session has one fix, and it ends the "
+                                     "attempt"));
   }
   auto id = CurrentSession(ctx);
   if (!id.ok()) return Fail(ctx, id.status());
   req.set_session_id(*id);
+  if (resume_from >= 0) {
+    // The checkpoint of that step in the job's own checkpoint directory.
+    auto st = client.GetStatus(*id);
+    if (!st.ok()) return Fail(ctx, st.status());
+    const std::string& dir = st->job().checkpoint().dir();
+    if (dir.empty()) return Fail(ctx, FailedPrecondition("this job has no checkpoint directory to resume from"));
+    v1::FixSetting* r = req.add_settings();
+    r->set_key("checkpoint.resume_from");
+    r->set_value(dir + "/step-" + std::to_string(resume_from));
+  }
   auto resp = client.ApplyFix(req);
   if (!resp.ok()) return Fail(ctx, resp.status());
   if (!wait) {

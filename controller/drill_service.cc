@@ -76,6 +76,16 @@ grpc::Status DrillService::GetMetrics(grpc::ServerContext*, const v1::GetMetrics
   return Reply(sessions_->GetMetrics(*req), out);
 }
 
+grpc::Status DrillService::ListCheckpoints(grpc::ServerContext*, const v1::ListCheckpointsRequest* req,
+                                           v1::ListCheckpointsResponse* out) {
+  return Reply(sessions_->ListCheckpoints(*req), out);
+}
+
+grpc::Status DrillService::VerifyCheckpoint(grpc::ServerContext*, const v1::VerifyCheckpointRequest* req,
+                                            v1::VerifyCheckpointResponse* out) {
+  return Reply(sessions_->VerifyCheckpoint(*req), out);
+}
+
 grpc::Status DrillService::GetLogs(grpc::ServerContext*, const v1::GetLogsRequest* req, v1::LogsResponse* out) {
   return Reply(sessions_->GetLogs(*req), out);
 }

@@ -27,6 +27,10 @@ class DrillService final : public v1::Drill::Service {
   grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*, v1::SessionStatus*) override;
   grpc::Status GetTrace(grpc::ServerContext*, const v1::GetTraceRequest*, v1::TraceResponse*) override;
   grpc::Status GetMetrics(grpc::ServerContext*, const v1::GetMetricsRequest*, v1::MetricsResponse*) override;
+  grpc::Status ListCheckpoints(grpc::ServerContext*, const v1::ListCheckpointsRequest*,
+                               v1::ListCheckpointsResponse*) override;
+  grpc::Status VerifyCheckpoint(grpc::ServerContext*, const v1::VerifyCheckpointRequest*,
+                                v1::VerifyCheckpointResponse*) override;
   grpc::Status GetLogs(grpc::ServerContext*, const v1::GetLogsRequest*, v1::LogsResponse*) override;
   grpc::Status GetFlightRecorder(grpc::ServerContext*, const v1::GetFlightRecorderRequest*,
                                  v1::FlightRecorderResponse*) override;

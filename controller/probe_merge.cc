@@ -1,6 +1,7 @@
 #include "controller/probe_merge.h"
 
 #include <map>
+#include <set>
 #include <utility>
 
 #include "collectives/collective.h"
@@ -10,9 +11,15 @@ namespace firedrill::controller {
 StatusOr<v1::ProbeSpec> NormalizeProbeSpec(const v1::ProbeSpec& in) {
   v1::ProbeSpec s = in;
   const std::string& op = s.op();
+  // Not a collective: each rank hashes its own parameters (no sizes).
+  if (op == "checksum") {
+    if (s.min_bytes() != 0 || s.max_bytes() != 0 || s.factor() != 0 || s.iters() != 0 || s.warmup_iters() != 0)
+      return InvalidArgument("probe checksum hashes every parameter: it takes no sizes or iterations");
+    return s;
+  }
   const collectives::Collective* c = collectives::Find(op);
   if (c == nullptr || !c->probe)
-    return InvalidArgument("probe: unknown op '" + op + "'; known: " + collectives::ProbeNames());
+    return InvalidArgument("probe: unknown op '" + op + "'; known: " + collectives::ProbeNames() + ", checksum");
   constexpr int64_t kMiB = 1 << 20;
   if (s.max_bytes() == 0) s.set_max_bytes(op == "p2p" ? 4 * kMiB : 16 * kMiB);
   if (s.min_bytes() == 0) s.set_min_bytes(op == "p2p" ? s.max_bytes() : 8);
@@ -41,6 +48,39 @@ StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int 
   out.set_transport("gloo");
   if (reports.empty()) return Internal("probe: no rank reported");
   out.set_step(reports.front().step());
+  if (spec.op() == "checksum") {
+    std::vector<const v1::ProbeReport*> by_rank(world, nullptr);
+    for (const auto& r : reports) {
+      if (r.rank() < 0 || r.rank() >= world) return Internal("probe: a report from rank " + std::to_string(r.rank()));
+      by_rank[r.rank()] = &r;
+    }
+    for (int r = 0; r < world; ++r)
+      if (by_rank[r] == nullptr) return Internal("probe: rank " + std::to_string(r) + " did not report");
+    const v1::ProbeReport& first = *by_rank[0];
+    for (int r = 1; r < world; ++r) {
+      const v1::ProbeReport& other = *by_rank[r];
+      bool same = other.checksums_size() == first.checksums_size();
+      for (int i = 0; same && i < first.checksums_size(); ++i)
+        same = other.checksums(i).name() == first.checksums(i).name() &&
+               other.checksums(i).numel() == first.checksums(i).numel();
+      if (!same)
+        return Internal("probe checksum: rank " + std::to_string(r) + " holds other parameters than rank 0 (" +
+                        std::to_string(other.checksums_size()) + " tensors against " +
+                        std::to_string(first.checksums_size()) + ")");
+    }
+    for (int i = 0; i < first.checksums_size(); ++i) {
+      v1::ParamChecksums* p = out.add_checksums();
+      p->set_name(first.checksums(i).name());
+      p->set_numel(first.checksums(i).numel());
+      std::set<std::string> distinct;
+      for (int r = 0; r < world; ++r) {
+        p->add_sha256(by_rank[r]->checksums(i).sha256());
+        distinct.insert(by_rank[r]->checksums(i).sha256());
+      }
+      p->set_distinct(static_cast<int>(distinct.size()));
+    }
+    return out;
+  }
   if (spec.op() == "p2p") {
     std::map<std::pair<int, int>, v1::ProbePair> pairs;
     for (const auto& r : reports) {

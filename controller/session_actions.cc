@@ -78,6 +78,7 @@ Status SessionManager::ToolOffered(const Session& s, const std::string& tool) co
   if (tool == "logs") on = !t.has_logs() || t.logs();
   if (tool == "node") on = !t.has_node() || t.node();
   if (tool == "metrics") on = !t.has_metrics() || t.metrics();
+  if (tool == "checkpoints") on = !t.has_checkpoints() || t.checkpoints();
   if (on) return Status::Ok();
   return FailedPrecondition("this drill does not offer " + tool +
                             " (`firedrill scenarios show " + s.scenario->id() + "` lists its tools)");
@@ -158,6 +159,12 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& re
         !InsideDir(kv.value(), s.rec.job().checkpoint().dir())) {
       return InvalidArgument("checkpoint.resume_from takes 'latest' or a step directory under the job's checkpoint "
                              "directory (e.g. " + s.rec.job().checkpoint().dir() + "/step-200)");
+    }
+    // A typo must not spend the session's one fix on a run that cannot start.
+    if (kv.key() == "checkpoint.resume_from" && !kv.value().empty() && kv.value() != "latest") {
+      std::error_code ec;
+      if (!std::filesystem::is_directory(kv.value(), ec))
+        return NotFound("there is no checkpoint at " + kv.value() + "; `firedrill ckpt list` shows those there are");
     }
     if (cls == scenario::JobKeyClass::kEnvironment) {
       return InvalidArgument(kv.key() + " describes the machine, not the job (storage, device): no fix changes it");

@@ -44,6 +44,7 @@ class NetnsFabric;
 struct SessionManagerOptions {
   std::string state_dir;
   std::string agent_bin;        // local launcher only
+  std::string ckpt_bin;         // firedrill-ckpt: lists and verifies the sessions' checkpoints
   std::string agent_dial_addr;  // address agents use to reach this controller
   bool local_launcher = true;   // false: use agents that registered on their own
   double slow_ratio = 1.5;      // busy time vs median that marks a rank SLOW in status (only
@@ -86,6 +87,9 @@ class SessionManager : public AgentListener {
   StatusOr<v1::SessionStatus> GetStatus(const std::string& id);
   StatusOr<v1::TraceResponse> GetTrace(const v1::GetTraceRequest& req);
   StatusOr<v1::MetricsResponse> GetMetrics(const v1::GetMetricsRequest& req);
+  // session_checkpoints.cc
+  StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(const v1::ListCheckpointsRequest& req);
+  StatusOr<v1::VerifyCheckpointResponse> VerifyCheckpoint(const v1::VerifyCheckpointRequest& req);
   StatusOr<v1::LogsResponse> GetLogs(const v1::GetLogsRequest& req);
   StatusOr<v1::SubmitDiagnosisResponse> Diagnose(const v1::SubmitDiagnosisRequest& req);
   StatusOr<v1::ApplyFixResponse> Fix(const v1::ApplyFixRequest& req);

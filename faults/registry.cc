@@ -5,6 +5,7 @@
 #include "faults/dataloader_starvation.h"
 #include "faults/fp16_overflow.h"
 #include "faults/padding_waste.h"
+#include "faults/silent_divergence.h"
 #include "faults/slow_link.h"
 #include "faults/straggler.h"
 #include "faults/tiny_buckets.h"
@@ -36,6 +37,11 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
          return std::make_unique<CommMisconfig>(id, f.comm_misconfig().socket_ifname());
        },
        nullptr, /*at_start=*/true},
+      {"silent_divergence", Scope::kHost, ValidateSilentDivergence,
+       [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
+         return std::make_unique<SilentDivergence>(id, f.silent_divergence());
+       },
+       nullptr},
       {"slow_link", Scope::kHost, ValidateSlowLink,
        [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
          return std::make_unique<SlowLink>(id, f.slow_link().latency_us(), f.slow_link().bandwidth_gbps());

@@ -60,6 +60,18 @@ class EnvironmentSeam {
   virtual void Restore(FaultId id) = 0;
 };
 
+// The rank's copy of the model's parameters, as the device's memory holds
+// them.
+class ParameterSeam {
+ public:
+  virtual ~ParameterSeam() = default;
+  // Flips bit `bit` (0 = the lowest of the fp32 value) of element `element`
+  // of parameter `tensor` (both taken modulo what the model has). Once per
+  // fault: a second call does nothing, and there is nothing to take back
+  // (the weights keep the wrong bit until they are reloaded).
+  virtual Status FlipBit(FaultId id, int64_t tensor, int64_t element, int bit) = 0;
+};
+
 // What a process offers; a seam it cannot offer is null, and a fault that
 // needs it fails to apply with a message that says so.
 struct Seams {
@@ -67,6 +79,7 @@ struct Seams {
   DataSeam* data = nullptr;
   LinkSeam* link = nullptr;
   EnvironmentSeam* environment = nullptr;
+  ParameterSeam* parameters = nullptr;
 };
 
 // ---- the plain implementations: state that the trainer, the loader and the

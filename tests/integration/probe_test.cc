@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 
@@ -129,6 +130,64 @@ TEST(Probe, SweepsRunBetweenStepsCheckEveryElementAndLeaveTrainingUnchanged) {
     ASSERT_EQ(p.res[r].params.size(), plain[r].params.size());
     EXPECT_EQ(std::memcmp(p.res[r].params.data(), plain[r].params.data(), plain[r].params.size() * sizeof(float)), 0);
   }
+}
+
+// `probe checksum` hashes every parameter on every rank at the same step
+// boundary. Replicas agree, until one host's memory flips a bit: then that
+// one tensor on that one rank differs for the rest of the run, while the
+// loss goes on falling (the averaged gradient is the same on every rank, so
+// nothing pulls the replica back).
+TEST(Probe, ChecksumsAgreeAcrossReplicasUntilOneHostFlipsABit) {
+  v1::JobSpec job = SmallJob(3);
+  job.set_steps(30);
+  v1::ProbeSpec checksum;
+  checksum.set_op("checksum");
+  auto hashes = [](const v1::ProbeReport& rep) {
+    std::vector<std::string> out;
+    for (const auto& c : rep.checksums()) out.push_back(c.sha256());
+    return out;
+  };
+  const Probed healthy = RunWithProbes(job, {{5, checksum}, {25, checksum}});
+  ExpectAllOk(healthy.res);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(healthy.reports[r].size(), 2u) << "rank " << r;
+    for (const auto& rep : healthy.reports[r]) {
+      EXPECT_EQ(rep.error(), "");
+      ASSERT_EQ(rep.checksums_size(), 6) << "three linear layers: a weight and a bias each";
+      EXPECT_EQ(rep.checksums(0).sha256().size(), 64u);
+    }
+    EXPECT_EQ(hashes(healthy.reports[r][1]), hashes(healthy.reports[0][1])) << "rank " << r;
+  }
+  EXPECT_NE(hashes(healthy.reports[0][0]), hashes(healthy.reports[0][1])) << "training moved the weights";
+
+  v1::ResolvedFault flip;
+  flip.set_kind("silent_divergence");
+  flip.set_rank(1);
+  flip.set_trigger_step(10);
+  flip.mutable_silent_divergence()->set_tensor(0);
+  flip.mutable_silent_divergence()->set_element(5);
+  flip.mutable_silent_divergence()->set_bit(20);
+  std::vector<RankConfig> cfg(3);
+  cfg[1].faults = {flip};
+  const Probed sdc = RunWithProbes(job, {{5, checksum}, {25, checksum}}, cfg);
+  ExpectAllOk(sdc.res);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(sdc.reports[r].size(), 2u) << "rank " << r;
+  EXPECT_EQ(hashes(sdc.reports[1][0]), hashes(sdc.reports[0][0])) << "before the flip, the replicas agree";
+  EXPECT_EQ(hashes(sdc.reports[2][1]), hashes(sdc.reports[0][1]));
+  const auto after0 = hashes(sdc.reports[0][1]), after1 = hashes(sdc.reports[1][1]);
+  for (size_t i = 0; i < after0.size(); ++i)
+    EXPECT_EQ(after0[i] != after1[i], i == 0) << "tensor " << i << " (" << sdc.reports[1][1].checksums(i).name() << ")";
+  // Exactly the flipped element differs at the end, and nothing failed.
+  const auto& p0 = sdc.res[0].params;
+  const auto& p1 = sdc.res[1].params;
+  ASSERT_EQ(p0.size(), p1.size());
+  std::vector<size_t> differ;
+  for (size_t i = 0; i < p0.size(); ++i)
+    if (std::memcmp(&p0[i], &p1[i], sizeof(float)) != 0) differ.push_back(i);
+  EXPECT_EQ(differ, std::vector<size_t>{5});
+  EXPECT_EQ(std::memcmp(p0.data(), sdc.res[2].params.data(), p0.size() * sizeof(float)), 0);
+  for (const auto& st : sdc.res[1].reports) EXPECT_TRUE(std::isfinite(st.loss()));
+  EXPECT_LT(sdc.res[1].reports.back().loss(), sdc.res[1].reports.front().loss());
 }
 
 TEST(Probe, AJobToldToStopLeavesALongProbeTogether) {

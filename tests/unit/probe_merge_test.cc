@@ -29,7 +29,7 @@ TEST(ProbeSpec, DefaultsAreAllReducePerfsUsualSweep) {
 
 TEST(ProbeSpec, BadRequestsNameTheFlag) {
   EXPECT_EQ(NormalizeProbeSpec(Op("alltoall")).status().message(),
-            "probe: unknown op 'alltoall'; known: allreduce, allgather, reducescatter, p2p");
+            "probe: unknown op 'alltoall'; known: allreduce, allgather, reducescatter, p2p, checksum");
   v1::ProbeSpec s = Op("allreduce");
   s.set_min_bytes(1 << 20);
   s.set_max_bytes(1 << 10);
@@ -103,6 +103,57 @@ TEST(ProbeMerge, PairsTakeTheSendersTimeAndTheReceiversCount) {
   EXPECT_DOUBLE_EQ(m->pairs(0).bw_gbps(), 2.5);
   EXPECT_DOUBLE_EQ(m->pairs(0).time_us(), 100);
   EXPECT_EQ(m->pairs(0).wrong(), 7);
+}
+
+// Three ranks' hashes of two tensors; rank 2 holds a different "b".
+std::vector<v1::ProbeReport> Hashes() {
+  std::vector<v1::ProbeReport> out;
+  for (int r : {2, 0, 1}) {  // in any order
+    v1::ProbeReport rep;
+    rep.set_rank(r);
+    rep.set_step(40);
+    for (const char* name : {"a", "b"}) {
+      auto* c = rep.add_checksums();
+      c->set_name(name);
+      c->set_numel(name[0] == 'a' ? 6 : 3);
+      c->set_sha256(std::string(name) + (r == 2 && name[0] == 'b' ? "-other" : "-same"));
+    }
+    out.push_back(rep);
+  }
+  return out;
+}
+
+TEST(ProbeChecksum, TakesNoSizesAndListsEveryTensorsHashByRank) {
+  auto spec = NormalizeProbeSpec(Op("checksum"));
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  v1::ProbeSpec sized = Op("checksum");
+  sized.set_max_bytes(1024);
+  EXPECT_NE(NormalizeProbeSpec(sized).status().message().find("takes no sizes"), std::string::npos);
+
+  auto m = MergeProbeReports(*spec, 3, Hashes());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->step(), 40);
+  ASSERT_EQ(m->checksums_size(), 2);
+  EXPECT_EQ(m->checksums(0).name(), "a");
+  EXPECT_EQ(m->checksums(0).numel(), 6);
+  EXPECT_EQ(m->checksums(0).distinct(), 1);
+  ASSERT_EQ(m->checksums(1).sha256_size(), 3);
+  EXPECT_EQ(m->checksums(1).sha256(2), "b-other");
+  EXPECT_EQ(m->checksums(1).sha256(0), "b-same");
+  EXPECT_EQ(m->checksums(1).distinct(), 2);
+}
+
+TEST(ProbeChecksum, RanksWithDifferentModelsOrAMissingRankAreErrors) {
+  auto spec = NormalizeProbeSpec(Op("checksum"));
+  ASSERT_TRUE(spec.ok());
+  auto reports = Hashes();
+  reports[0].mutable_checksums(1)->set_name("c");  // rank 2
+  EXPECT_NE(MergeProbeReports(*spec, 3, reports).status().message().find("rank 2 holds other parameters"),
+            std::string::npos);
+  reports = Hashes();
+  reports.pop_back();  // rank 1
+  EXPECT_NE(MergeProbeReports(*spec, 3, reports).status().message().find("rank 1 did not report"),
+            std::string::npos);
 }
 
 }  // namespace

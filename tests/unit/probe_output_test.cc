@@ -112,5 +112,34 @@ TEST(ProbeOutput, AutopilotBlamesTheHostWhosePairsAreSlow) {
   EXPECT_FALSE(ReasonProbes(before, ar, Matrix(4, -1, 0.2, 0.2)).found);
 }
 
+TEST(ProbeOutput, ChecksumsShowEachRanksShortHashAndHowManyDiffer) {
+  v1::RunProbeResponse r;
+  r.mutable_spec()->set_op("checksum");
+  r.set_world_size(2);
+  r.set_step(40);
+  r.add_hosts("node-0");
+  r.add_hosts("node-1");
+  r.set_transport("gloo");
+  for (const char* name : {"0.weight", "0.bias"}) {
+    auto* c = r.add_checksums();
+    c->set_name(name);
+    c->set_numel(name[2] == 'w' ? 8192 : 128);
+    c->add_sha256("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
+    c->add_sha256(name[2] == 'w' ? "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+                                 : "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
+    c->set_distinct(name[2] == 'w' ? 2 : 1);
+  }
+  std::ostringstream out;
+  PrintProbe(r, out);
+  const std::string text = out.str();
+  EXPECT_NE(text.find("SHA-256 of every parameter tensor"), std::string::npos) << text;
+  EXPECT_NE(text.find("after step 40"), std::string::npos) << text;
+  EXPECT_NE(text.find("TENSOR"), std::string::npos) << text;
+  EXPECT_NE(text.find("RANK 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("01234567  fedcba98  2"), std::string::npos) << text;
+  EXPECT_EQ(text.find("0123456789"), std::string::npos) << "hashes are shortened: " << text;
+  EXPECT_NE(text.find("# 1 of 2 tensors hash the same on every rank"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace firedrill::cli

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <string>
@@ -223,10 +224,12 @@ class SessionDriveTest : public ::testing::Test {
     SessionManagerOptions opts;
     opts.state_dir = dir_;
     opts.local_launcher = false;
+    opts.ckpt_bin = FIREDRILL_BIN_DIR "/firedrill-ckpt";
     v1::Scenario no_node = Drill();
     no_node.set_id("drive-no-node");
     no_node.mutable_tools()->set_node(false);
     no_node.mutable_tools()->set_metrics(false);
+    no_node.mutable_tools()->set_checkpoints(false);
     sm_ = std::make_unique<SessionManager>(opts, store_.get(), &pool_, std::vector<v1::Scenario>{Drill(), no_node});
     ASSERT_TRUE(sm_->Init().ok());
   }
@@ -409,6 +412,62 @@ TEST_F(SessionDriveTest, MetricsShowTheCurrentRunAndKeepTheBaseline) {
   auto refused = sm_->GetMetrics(q);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("does not offer metrics"), std::string::npos) << refused.status().message();
+}
+
+// `firedrill ckpt list|verify` run the real checkpoint tool on the job's
+// checkpoint directory: here one torn checkpoint (a manifest that does not
+// parse) among none valid.
+TEST_F(SessionDriveTest, CheckpointListingVerifiesWithTheCheckpointTool) {
+  for (int i = 0; i < 2; ++i) Agent("a" + std::to_string(i), "node-" + std::to_string(i));
+  WaitAgents(2);
+  const std::string id = StartRunning();
+  auto st = sm_->GetStatus(id);
+  ASSERT_TRUE(st.ok());
+  const std::string dir = st->job().checkpoint().dir();
+  ASSERT_FALSE(dir.empty());
+  v1::ListCheckpointsRequest req;
+  req.set_session_id(id);
+  auto none = sm_->ListCheckpoints(req);
+  ASSERT_TRUE(none.ok()) << none.status().message();
+  EXPECT_EQ(none->dir(), dir);
+  EXPECT_EQ(none->checkpoints_size(), 0);
+
+  fs::create_directories(dir + "/step-10");
+  { std::ofstream(dir + "/step-10/manifest.json") << "{not json"; }
+  auto one = sm_->ListCheckpoints(req);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  ASSERT_EQ(one->checkpoints_size(), 1);
+  EXPECT_EQ(one->checkpoints(0).step(), 10);
+  EXPECT_FALSE(one->checkpoints(0).valid());
+  EXPECT_NE(one->checkpoints(0).reason().find("manifest"), std::string::npos) << one->checkpoints(0).reason();
+  EXPECT_EQ(one->checkpoints(0).steps_lost(), std::max<int64_t>(0, one->steps_done() - 10));
+
+  v1::VerifyCheckpointRequest v;
+  v.set_session_id(id);
+  v.set_step(10);
+  auto bad = sm_->VerifyCheckpoint(v);
+  ASSERT_TRUE(bad.ok()) << bad.status().message();
+  EXPECT_FALSE(bad->valid());
+  EXPECT_NE(bad->detail().find("manifest"), std::string::npos) << bad->detail();
+  v.set_step(99);
+  EXPECT_EQ(sm_->VerifyCheckpoint(v).status().code(), StatusCode::kNotFound);
+  // A resume from a checkpoint that is not there is refused before it
+  // spends the session's one fix.
+  v1::ApplyFixRequest fix;
+  fix.set_session_id(id);
+  auto* set = fix.add_settings();
+  set->set_key("checkpoint.resume_from");
+  set->set_value(dir + "/step-99");
+  auto refused = sm_->Fix(fix);
+  EXPECT_EQ(refused.status().code(), StatusCode::kNotFound) << refused.status().message();
+  EXPECT_NE(refused.status().message().find("ckpt list"), std::string::npos);
+  ASSERT_TRUE(sm_->End(id).ok());
+  EXPECT_TRUE(TerminalState(WaitState(id, SessionState::kEnded)));
+
+  const std::string quiet = StartRunning("drive-no-node");
+  v1::ListCheckpointsRequest q;
+  q.set_session_id(quiet);
+  EXPECT_NE(sm_->ListCheckpoints(q).status().message().find("does not offer checkpoints"), std::string::npos);
 }
 
 TEST_F(SessionDriveTest, ConcurrentEndsAndAShutdownEndTheSessionOnce) {
