@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -127,8 +128,33 @@ class ParameterBits : public faults::ParameterSeam {
   Status FlipBit(faults::FaultId id, int64_t tensor, int64_t element, int bit) override {
     if (bit < 0 || bit > 31) return InvalidArgument("bit " + std::to_string(bit) + " is not a bit of an fp32 value");
     std::lock_guard<std::mutex> lock(*mu_);
-    if (!flipped_.insert(id).second) return Status::Ok();
-    if (params_->empty()) return FailedPrecondition("the model has no parameters to corrupt");
+    if (done_.count(id)) return Status::Ok();
+    // Before the job's first step the weights are not the job's yet: rank
+    // 0's copy is still to be broadcast over every rank's (DDP does it when
+    // it wraps the model), which would undo a flip here or spread one on
+    // rank 0. Flips wait for Arm().
+    if (!armed_) {
+      pending_[id] = {tensor, element, bit};
+      return Status::Ok();
+    }
+    return FlipLocked(id, tensor, element, bit);
+  }
+  // After the parameters are broadcast: the waiting flips happen now.
+  Status Arm() {
+    std::lock_guard<std::mutex> lock(*mu_);
+    armed_ = true;
+    for (const auto& [id, f] : pending_) FD_RETURN_IF_ERROR(FlipLocked(id, f.tensor, f.element, f.bit));
+    pending_.clear();
+    return Status::Ok();
+  }
+
+ private:
+  struct Flip {
+    int64_t tensor, element;
+    int bit;
+  };
+  Status FlipLocked(faults::FaultId id, int64_t tensor, int64_t element, int bit) {
+    if (params_->empty()) return FailedPrecondition("the model has no parameters");
     const at::Tensor& p = (*params_)[static_cast<size_t>(tensor) % params_->size()];
     if (p.scalar_type() != at::kFloat || !p.is_contiguous() || p.numel() == 0)
       return FailedPrecondition("parameter " + std::to_string(tensor) + " is not a dense fp32 tensor");
@@ -137,13 +163,14 @@ class ParameterBits : public faults::ParameterSeam {
     std::memcpy(&u, v, sizeof u);
     u ^= 1u << bit;
     std::memcpy(v, &u, sizeof u);
+    done_.insert(id);
     return Status::Ok();
   }
-
- private:
   const std::vector<at::Tensor>* params_;
   std::mutex* mu_;
-  std::set<faults::FaultId> flipped_;
+  bool armed_ = false;
+  std::map<faults::FaultId, Flip> pending_;
+  std::set<faults::FaultId> done_;
 };
 
 }  // namespace
@@ -411,6 +438,7 @@ Status Trainer::Run(const std::atomic<bool>& stop,
     // Skipping it leaves each rank with its own initial weights: the
     // mechanism of a silent-divergence fault.
     if (!m.opts.job.comm().skip_param_broadcast()) FD_RETURN_IF_ERROR(m.BroadcastParameters(*pg, step));
+    FD_RETURN_IF_ERROR(BeforeStep(step, m.parameter_bits->Arm()));
     return m.Train(stop, on_step, *pg, step);
   } catch (const std::exception& e) {
     return Internal(who + " step " + std::to_string(step) + ": " + ErrorText(e));

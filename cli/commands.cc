@@ -160,7 +160,7 @@ int CmdNode(CliContext& ctx, DrillClient& client, const std::string& id, int ran
 }
 
 int CmdMetrics(CliContext& ctx, DrillClient& client, const std::string& id, const std::string& series_csv,
-               const std::string& steps, const std::string& run, int rank, bool csv) {
+               const std::string& steps, const std::string& run, int rank, bool csv, int max_points) {
   auto series = ParseSeries(series_csv);
   if (!series.ok()) return Fail(ctx, series.status());
   v1::GetTraceRequest range;
@@ -170,6 +170,7 @@ int CmdMetrics(CliContext& ctx, DrillClient& client, const std::string& id, cons
   req.set_run(run);
   req.set_from_step(range.from_step());
   req.set_to_step(range.to_step());
+  req.set_max_points(max_points);
   auto m = client.GetMetrics(req);
   if (!m.ok()) return Fail(ctx, m.status());
   if (rank >= m->ranks_size())
@@ -315,7 +316,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   node->add_option("--steps", node_steps, "over the last N steps")->capture_default_str()->check(CLI::Range(2, 1000));
 
   std::string metrics_series, metrics_steps, metrics_run;
-  int metrics_rank = -1;
+  int metrics_rank = -1, metrics_points = 0;
   bool metrics_csv = false;
   auto* metrics = app.add_subcommand(
       "metrics", "the run's training curves, step by step: loss, gradient norm, loss scale, skipped steps, lr, "
@@ -328,6 +329,9 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
       ->check(CLI::IsMember({"baseline", "main"}));
   metrics->add_option("--rank", metrics_rank, "one rank (default: the job, over every rank)")->check(CLI::Range(0, 4096));
   metrics->add_flag("--csv", metrics_csv, "print CSV (step,rank,series...) instead of plots");
+  metrics->add_option("--max-points", metrics_points,
+                      "at most this many steps per rank, evenly thinned (default 2000)")
+      ->check(CLI::Range(1, 10000));
 
   auto* ckpt = app.add_subcommand("ckpt", "the job's checkpoints, each verified as a resume would (manifest, SHA-256)");
   ckpt->require_subcommand(1);
@@ -470,7 +474,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     return v->valid() ? 0 : 1;
   }
   if (metrics->parsed())
-    return CmdMetrics(ctx, client, *id, metrics_series, metrics_steps, metrics_run, metrics_rank, metrics_csv);
+    return CmdMetrics(ctx, client, *id, metrics_series, metrics_steps, metrics_run, metrics_rank, metrics_csv,
+                      metrics_points);
   if (config->parsed()) {
     auto st = client.GetStatus(*id);
     if (!st.ok()) return Fail(ctx, st.status());

@@ -61,6 +61,18 @@ v1::MetricsResponse OnlyRank(const v1::MetricsResponse& m, int rank) {
   return out;
 }
 
+// The baseline carries no settings (the controller leaves them out).
+bool Hidden(const v1::MetricsResponse& m, const std::string& series) {
+  return m.run() == "baseline" && (series == "lr" || series == "loss_scale" || series == "global_batch");
+}
+
+std::vector<std::string> Visible(const v1::MetricsResponse& m, const std::vector<std::string>& series) {
+  std::vector<std::string> out;
+  for (const auto& s : series)
+    if (!Hidden(m, s)) out.push_back(s);
+  return out;
+}
+
 }  // namespace
 
 const std::vector<std::string>& MetricSeriesNames() {
@@ -218,10 +230,13 @@ void PrintMetrics(const v1::MetricsResponse& full, const std::vector<std::string
     return;
   }
   out << ": steps " << lo << ".." << hi << ", " << (rank >= 0 ? "rank " + std::to_string(rank) : std::to_string(m.ranks_size()) + " ranks");
-  if (m.stride() > 1) out << " (a long run: every " << m.stride() << "th step is kept)";
+  if (m.stride() > 1) out << " (every " << m.stride() << "th step: --steps A:B or --max-points for more)";
   out << "\n";
+  if (m.run() == "baseline")
+    out << "(the baseline shows what it measured, not its settings: lr, loss scale and global batch are left out)\n";
   const bool tokens = CountsTokens(m);
   for (const auto& name : series) {
+    if (Hidden(m, name)) continue;
     const SeriesInfo& info = InfoOf(name);
     const SeriesPoints p = JobSeries(m, name);
     std::string title = info.title;
@@ -262,8 +277,9 @@ void PrintMetrics(const v1::MetricsResponse& full, const std::vector<std::string
   }
 }
 
-std::string MetricsJson(const v1::MetricsResponse& full, const std::vector<std::string>& series, int rank) {
+std::string MetricsJson(const v1::MetricsResponse& full, const std::vector<std::string>& asked, int rank) {
   const v1::MetricsResponse m = OnlyRank(full, rank);
+  const std::vector<std::string> series = Visible(m, asked);
   const bool tokens = CountsTokens(m);
   nlohmann::json j;
   j["session_id"] = m.session_id();
@@ -292,8 +308,9 @@ std::string MetricsJson(const v1::MetricsResponse& full, const std::vector<std::
   return j.dump();
 }
 
-std::string MetricsCsv(const v1::MetricsResponse& full, const std::vector<std::string>& series, int rank) {
+std::string MetricsCsv(const v1::MetricsResponse& full, const std::vector<std::string>& asked, int rank) {
   const v1::MetricsResponse m = OnlyRank(full, rank);
+  const std::vector<std::string> series = Visible(m, asked);
   const bool tokens = CountsTokens(m);
   std::string out = "step,rank";
   for (const auto& name : series) out += "," + name;

@@ -123,7 +123,9 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     out << "\n";
   }
   // The optimiser's view of the job, the same line in every drill: what a
-  // training log prints beside the loss.
+  // training log prints beside the loss. From the ranks' reports only (the
+  // config, `firedrill config`, is the deployed one even while the healthy
+  // baseline runs).
   const v1::RankStatus* latest = nullptr;
   for (const auto& r : st.ranks())
     if (r.window_steps() > 0 && (latest == nullptr || r.step() > latest->step())) latest = &r;
@@ -132,7 +134,7 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     const int accum = std::max(1, job.grad_accum_steps());
     out << "training: global batch " << latest->global_batch() << " (" << job.data().batch_size() << " per rank x "
         << accum << " micro-batch" << (accum > 1 ? "es" : "") << " x " << job.world_size() << " ranks), lr "
-        << Sig(latest->lr()) << ", precision " << (job.precision().empty() ? "fp32" : job.precision()) << ", ";
+        << Sig(latest->lr()) << ", ";
     if (latest->loss_scale() > 0) {
       out << "loss scale " << Num(latest->loss_scale()) << " (" << latest->skipped_total() << " of "
           << latest->step() + 1 << " optimiser steps skipped so far)";

@@ -43,7 +43,9 @@ StatusOr<v1::ListCheckpointsResponse> SessionManager::ListCheckpoints(const v1::
   // Hashing every shard can take a while; the session's lock is not held.
   auto r = RunCommand({opts_.ckpt_bin, "list", out.dir(), "--json"});
   if (!r.ok()) return Internal("cannot run firedrill-ckpt (" + opts_.ckpt_bin + "): " + r.status().message());
-  if (r->exit_code != 0) return Internal("listing the checkpoints under " + out.dir() + " failed: " + r->output);
+  if (r->exit_code != 0)
+    return Internal(opts_.ckpt_bin + " list " + out.dir() + " exited " + std::to_string(r->exit_code) +
+                    (r->output.empty() ? " and said nothing" : ": " + r->output));
   const nlohmann::json list = nlohmann::json::parse(r->output, nullptr, /*allow_exceptions=*/false);
   if (!list.is_array()) return Internal("firedrill-ckpt list printed no JSON list: " + r->output.substr(0, 300));
   for (const auto& c : list) {
@@ -79,6 +81,11 @@ StatusOr<v1::VerifyCheckpointResponse> SessionManager::VerifyCheckpoint(const v1
                     "); `firedrill ckpt list` shows those there are");
   auto r = RunCommand({opts_.ckpt_bin, "verify", out.dir()});
   if (!r.ok()) return Internal("cannot run firedrill-ckpt (" + opts_.ckpt_bin + "): " + r.status().message());
+  // 0: valid, 1: it says why not; anything else is the tool's failure, not
+  // the checkpoint's.
+  if (r->exit_code != 0 && r->exit_code != 1)
+    return Internal(opts_.ckpt_bin + " verify exited " + std::to_string(r->exit_code) +
+                    (r->output.empty() ? " and said nothing" : ": " + r->output));
   out.set_valid(r->exit_code == 0);
   out.set_detail(r->output);
   return out;

@@ -21,7 +21,14 @@ Status SessionManager::MeasureRun(Session& s, Lock& lock, RunKind kind, const v1
   const v1::VerifySpec& spec = s.scenario->verify();
   FD_RETURN_IF_ERROR(RunJob(s, lock, kind, spec.warmup_steps() + spec.window_steps(), with_faults, job));
   const v1::JobSpec& j = job ? *job : s.rec.job();
-  *out = MeasureWindow(StepsByRank(s), spec.warmup_steps(), spec.window_steps(),
+  // A job resumed from a checkpoint counts its steps from there: the
+  // window is the run's own, after its warm-up.
+  const auto by_rank = StepsByRank(s);
+  int64_t first = INT64_MAX;
+  for (const auto& steps : by_rank)
+    if (!steps.empty()) first = std::min(first, steps.front().step());
+  if (first == INT64_MAX) first = 0;
+  *out = MeasureWindow(by_rank, first + spec.warmup_steps(), spec.window_steps(),
                        j.world_size() * j.data().batch_size());
   return Status::Ok();
 }

@@ -159,25 +159,52 @@ StatusOr<v1::MetricsResponse> SessionManager::GetMetrics(const v1::GetMetricsReq
   } else {
     auto kept = s.kept_history.find(want);
     if (kept == s.kept_history.end())
-      return FailedPrecondition("this session has no " + want + " run yet; try again when it has started");
+      return FailedPrecondition(Terminal(s.state)
+                                    ? "this session's " + want + " run is not in memory (a controller keeps the "
+                                      "curves of the sessions it ran itself, while it runs)"
+                                    : "this session has no " + want + " run yet; try again when it has started");
     run = want;
     for (const History& h : kept->second) from.push_back(&h);
+  }
+  if (req.max_points() < 0 || req.max_points() > 10000)
+    return InvalidArgument("max_points must be 0 (2000) to 10000, got " + std::to_string(req.max_points()));
+  const int64_t budget = req.max_points() > 0 ? req.max_points() : 2000;
+  auto in_range = [&](const v1::MetricsRow& row) {
+    return row.step() >= req.from_step() && (req.to_step() == 0 || row.step() < req.to_step());
+  };
+  // One stride for every rank (ranks may have thinned at different
+  // points), coarsened until the range fits the point budget.
+  int64_t stride = 1;
+  for (const History* h : from) stride = std::max(stride, h->stride);
+  for (;;) {
+    int64_t most = 0;
+    for (const History* h : from)
+      most = std::max<int64_t>(most, std::count_if(h->rows.begin(), h->rows.end(), [&](const v1::MetricsRow& r) {
+                                 return in_range(r) && r.step() % stride == 0;
+                               }));
+    if (most <= budget) break;
+    stride *= 2;
   }
   v1::MetricsResponse out;
   out.set_session_id(req.session_id());
   out.set_run(run);
-  int64_t stride = 1;
+  out.set_stride(stride);
+  const bool settings_hidden = run == "baseline";
   for (int rank = 0; rank < static_cast<int>(from.size()); ++rank) {
     v1::RankMetrics* m = out.add_ranks();
     m->set_rank(rank);
     m->set_host(rank < s.rec.hosts_size() ? s.rec.hosts(rank) : "");
-    stride = std::max(stride, from[rank]->stride);
     for (const auto& row : from[rank]->rows) {
-      if (row.step() < req.from_step() || (req.to_step() != 0 && row.step() >= req.to_step())) continue;
-      *m->add_rows() = row;
+      if (!in_range(row) || row.step() % stride != 0) continue;
+      v1::MetricsRow* r = m->add_rows();
+      *r = row;
+      if (settings_hidden) {
+        r->clear_lr();
+        r->clear_loss_scale();
+        r->clear_global_batch();
+      }
     }
   }
-  out.set_stride(stride);
   return out;
 }
 

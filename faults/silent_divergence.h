@@ -9,7 +9,10 @@
 // comparing the replicas shows it (`firedrill probe checksum`, as
 // Megatron-LM's check_param_hashes_across_dp_replicas). A host fault: the
 // part is bad, so a replaced host is healthy, but the wrong bit stays in the
-// weights (and checkpoints) it already reached.
+// weights and in the checkpoint shards it already reached. A job that
+// starts (or resumes) broadcasts rank 0's weights over the others', as DDP
+// does when it wraps the model: that heals a corrupt replica on any other
+// rank and spreads one on rank 0. The flip itself waits for the broadcast.
 #pragma once
 
 #include <cstdint>

@@ -188,6 +188,19 @@ TEST(Probe, ChecksumsAgreeAcrossReplicasUntilOneHostFlipsABit) {
   EXPECT_EQ(std::memcmp(p0.data(), sdc.res[2].params.data(), p0.size() * sizeof(float)), 0);
   for (const auto& st : sdc.res[1].reports) EXPECT_TRUE(std::isfinite(st.loss()));
   EXPECT_LT(sdc.res[1].reports.back().loss(), sdc.res[1].reports.front().loss());
+
+  // From the first step, on rank 0 (as every run after the drill's own
+  // starts a host's fault): after the parameter broadcast, so it neither
+  // vanishes under rank 0's copy nor spreads with it.
+  flip.set_rank(0);
+  flip.set_trigger_step(0);
+  std::vector<RankConfig> at_start(3);
+  at_start[0].faults = {flip};
+  const Probed first = RunWithProbes(job, {{5, checksum}}, at_start);
+  ExpectAllOk(first.res);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(first.reports[r].size(), 1u) << "rank " << r;
+  EXPECT_NE(hashes(first.reports[0][0])[0], hashes(first.reports[1][0])[0]);
+  EXPECT_EQ(hashes(first.reports[1][0]), hashes(first.reports[2][0]));
 }
 
 TEST(Probe, AJobToldToStopLeavesALongProbeTogether) {

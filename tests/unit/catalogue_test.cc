@@ -90,6 +90,18 @@ TEST(Catalogue, NoConfigValueIsATellOfOneKindOfProblem) {
   }
 }
 
+// The brief (`scenarios show`) lists the workload settings a drill lets a
+// fix change: an entry only drills of one kind of problem list is a tell.
+TEST(Catalogue, NoMayChangeEntryIsATellOfOneKindOfProblem) {
+  auto all = scenario::LoadScenarioDir(FIREDRILL_SOURCE_DIR "/scenarios");
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  std::map<std::string, std::set<std::string>> classes;
+  for (const auto& sc : *all)
+    for (const auto& k : sc.may_change()) classes[k].insert(AnswerClassOf(sc));
+  for (const auto& [key, cls] : classes)
+    EXPECT_GE(cls.size(), 2u) << "may_change '" << key << "' is listed only by " << *cls.begin() << " drills: a tell";
+}
+
 TEST(Catalogue, TheNegativeControlsShip) {
   // The negative controls ship: a drill with no fault, one with two.
   auto all = scenario::LoadScenarioDir(FIREDRILL_SOURCE_DIR "/scenarios");

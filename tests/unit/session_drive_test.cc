@@ -135,6 +135,7 @@ class StandIn {
       s->set_comm_ms(0.3);
       s->set_samples_per_s(1000);
       s->set_loss(2.0 - 0.001 * static_cast<double>(step));
+      s->set_lr(0.1);
       s->set_thread_cpu_ns(1'500'000);
       s->mutable_cpu()->set_available(true);
       s->add_spans()->set_name("forward");
@@ -390,6 +391,18 @@ TEST_F(SessionDriveTest, MetricsShowTheCurrentRunAndKeepTheBaseline) {
   EXPECT_EQ(base->run(), "baseline");
   ASSERT_EQ(base->ranks_size(), 2);
   EXPECT_EQ(base->ranks(0).rows_size(), 12) << "warm-up + window: the whole baseline";
+  EXPECT_EQ(base->ranks(0).rows(3).lr(), 0) << "the healthy job's settings are not shown";
+  EXPECT_EQ(base->ranks(0).rows(3).loss(), 2.0 - 0.003) << "what it measured is";
+  // A point budget thins every rank alike.
+  v1::GetMetricsRequest few = req;
+  few.set_max_points(5);
+  auto thin = sm_->GetMetrics(few);
+  ASSERT_TRUE(thin.ok()) << thin.status().message();
+  EXPECT_EQ(thin->stride(), 4);
+  ASSERT_EQ(thin->ranks(0).rows_size(), 3);  // steps 0, 4, 8
+  EXPECT_EQ(thin->ranks(1).rows(2).step(), 8);
+  few.set_max_points(20000);
+  EXPECT_EQ(sm_->GetMetrics(few).status().code(), StatusCode::kInvalidArgument);
   req.set_from_step(3);
   req.set_to_step(5);
   auto part = sm_->GetMetrics(req);
