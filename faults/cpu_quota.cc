@@ -179,13 +179,20 @@ Status CpuQuota::Join(pid_t pid) {
   return Status::Ok();
 }
 
-Status CpuQuota::Limit(double cores) {
+Status CpuQuota::Limit(double cores, int64_t quota_us) {
   if (!(cores > 0)) return InvalidArgument("a CPU limit must be > 0 cores");
-  // The shortest period that holds the fraction (the kernel's floor is 1 ms
-  // of quota and of period, its ceiling a 1 s period): a short period
-  // spreads the throttling over a step's compute, which may last only a few
-  // milliseconds, instead of stalling it once for most of a long period.
-  const int64_t period = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(1000.0 / cores)), 1000, 1000000);
+  // The shortest period whose quota is still `quota_us` (the kernel's
+  // ceiling is a 1 s period): a short period spreads the throttling over a
+  // step's compute instead of stalling it once for most of a long period,
+  // but the kernel charges a busy thread's time at its scheduler tick (4 ms
+  // at this kernel's HZ=250), so a quota shorter than a tick is overspent
+  // and repaid unevenly. With 1-2 ms quotas a core's limit slowed a step
+  // 1.8x and 0.8 of a core 1.5-2.1x (a governor steering on that ran away:
+  // CI saw 7.9x asked 3x, on 1.07 cores); with 4 ms each limit from 0.2 to
+  // 1 core lands within 11% of its nominal 1/cores, with 8 ms up to 20%
+  // short (bench/RESULTS.md, "CPU quota periods").
+  const double q = static_cast<double>(std::max<int64_t>(1000, quota_us));
+  const int64_t period = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(q / cores)), 1000, 1000000);
   const int64_t quota = std::max<int64_t>(1000, static_cast<int64_t>(std::llround(cores * period)));
   if (v2_) return WriteFile(path_ + "/cpu.max", std::to_string(quota) + " " + std::to_string(period));
   if (period != v1_period_us_) {

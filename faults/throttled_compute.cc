@@ -16,7 +16,8 @@ constexpr size_t kMinHealthy = 3;    // a slowdown takes hold once this many are
 constexpr size_t kSteerSteps = 4;    // steps per steering decision
 constexpr double kMinCores = 0.02;   // 1 ms in every 50: a quota still makes progress
 
-double Median(std::deque<double> v) {
+template <typename Values>
+double Median(Values v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -123,16 +124,17 @@ void ThrottledCompute::Steer(double compute_ms, double f) {
     Apply();
     return;
   }
-  // Steered on the mean of a few steps (a step on shared cores varies by
-  // +-30%, and a throttled one by up to a period), damped; the limit is
-  // rewritten only when it moves, since each write refills the quota.
+  // Steered on the median of a few steps (a step on shared cores varies by
+  // +-30%, a throttled one by up to a period, and now and then one stalls
+  // for several times its length, which a mean would chase), damped; the
+  // limit is rewritten only when it moves, since each write refills the
+  // quota.
   window_.push_back(compute_ms);
   if (window_.size() < kSteerSteps) return;
-  double mean = 0;
-  for (double v : window_) mean += v / static_cast<double>(window_.size());
+  const double typical = Median(window_);
   window_.clear();
   // Compute slower than asked: more CPU; faster: less.
-  const double next = std::clamp(cores_ * std::sqrt(mean / (f * base_ms_)), kMinCores, OnlineCpus());
+  const double next = std::clamp(cores_ * std::sqrt(typical / (f * base_ms_)), kMinCores, OnlineCpus());
   if (std::abs(next / cores_ - 1.0) < 0.05) return;
   cores_ = next;
   Apply();
