@@ -330,7 +330,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   metrics->add_option("--rank", metrics_rank, "one rank (default: the job, over every rank)")->check(CLI::Range(0, 4096));
   metrics->add_flag("--csv", metrics_csv, "print CSV (step,rank,series...) instead of plots");
   metrics->add_option("--max-points", metrics_points,
-                      "at most this many steps per rank, evenly thinned (default 2000)")
+                      "at most this many steps per rank, evenly thinned (default 2000; 20000 rows in all)")
       ->check(CLI::Range(1, 10000));
 
   auto* ckpt = app.add_subcommand("ckpt", "the job's checkpoints, each verified as a resume would (manifest, SHA-256)");

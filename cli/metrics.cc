@@ -40,10 +40,8 @@ const SeriesInfo& InfoOf(const std::string& name) {
   return Infos().front();
 }
 
-std::string G(double v) { return Sig(v); }
-
 std::string AxisLabel(double y, bool log2) {
-  if (!log2) return G(y);
+  if (!log2) return Sig(y);
   char buf[32];
   std::snprintf(buf, sizeof buf, "2^%.1f", y);
   std::string s = buf;
@@ -61,9 +59,9 @@ v1::MetricsResponse OnlyRank(const v1::MetricsResponse& m, int rank) {
   return out;
 }
 
-// The baseline carries no settings (the controller leaves them out).
+// A healthy run carries no settings (the controller says which it left out).
 bool Hidden(const v1::MetricsResponse& m, const std::string& series) {
-  return m.run() == "baseline" && (series == "lr" || series == "loss_scale" || series == "global_batch");
+  return std::find(m.withheld().begin(), m.withheld().end(), series) != m.withheld().end();
 }
 
 std::vector<std::string> Visible(const v1::MetricsResponse& m, const std::vector<std::string>& series) {
@@ -230,10 +228,13 @@ void PrintMetrics(const v1::MetricsResponse& full, const std::vector<std::string
     return;
   }
   out << ": steps " << lo << ".." << hi << ", " << (rank >= 0 ? "rank " + std::to_string(rank) : std::to_string(m.ranks_size()) + " ranks");
-  if (m.stride() > 1) out << " (every " << m.stride() << "th step: --steps A:B or --max-points for more)";
+  if (m.stride() > 1) out << " (one in every " << m.stride() << " steps: --steps A:B or --max-points for more)";
   out << "\n";
-  if (m.run() == "baseline")
-    out << "(the baseline shows what it measured, not its settings: lr, loss scale and global batch are left out)\n";
+  if (!m.withheld().empty()) {
+    out << "(a healthy run shows what it measured, not its settings; left out:";
+    for (const auto& w : m.withheld()) out << " " << w;
+    out << ")\n";
+  }
   const bool tokens = CountsTokens(m);
   for (const auto& name : series) {
     if (Hidden(m, name)) continue;
@@ -260,9 +261,9 @@ void PrintMetrics(const v1::MetricsResponse& full, const std::vector<std::string
       out << "  0 at every step: loss scaling is off\n";
       continue;
     }
-    out << "  first " << G(p.values.front()) << " (step " << p.steps.front() << "), last " << G(p.values.back())
+    out << "  first " << Sig(p.values.front()) << " (step " << p.steps.front() << "), last " << Sig(p.values.back())
         << " (step " << p.steps.back() << ")";
-    if (std::isfinite(mn)) out << ", min " << G(mn) << ", max " << G(mx);
+    if (std::isfinite(mn)) out << ", min " << Sig(mn) << ", max " << Sig(mx);
     out << "; " << bad << " of " << p.values.size() << " steps not finite (inf/NaN)\n";
     out << Plot(p, 60, 8, name == "loss_scale");
     if (bad > 0) out << "  (x: a step with an inf/NaN value)\n";
@@ -270,7 +271,7 @@ void PrintMetrics(const v1::MetricsResponse& full, const std::vector<std::string
       out << "  last step, by rank:";
       for (const auto& r : m.ranks()) {
         if (r.rows().empty()) continue;
-        out << "  " << r.rank() << ": " << G(SeriesValue(r.rows(r.rows_size() - 1), name, tokens));
+        out << "  " << r.rank() << ": " << Sig(SeriesValue(r.rows(r.rows_size() - 1), name, tokens));
       }
       out << "\n";
     }

@@ -123,13 +123,14 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     out << "\n";
   }
   // The optimiser's view of the job, the same line in every drill: what a
-  // training log prints beside the loss. From the ranks' reports only (the
-  // config, `firedrill config`, is the deployed one even while the healthy
-  // baseline runs).
+  // training log prints beside the loss, the ranks' reported settings with
+  // the deployed config's batch split. Not while a healthy run (the
+  // baseline) runs: the controller withholds its settings, which beside the
+  // deployed config would show what a fault changed.
   const v1::RankStatus* latest = nullptr;
   for (const auto& r : st.ranks())
     if (r.window_steps() > 0 && (latest == nullptr || r.step() > latest->step())) latest = &r;
-  if (latest != nullptr) {
+  if (latest != nullptr && latest->global_batch() > 0) {
     const auto& job = st.job();
     const int accum = std::max(1, job.grad_accum_steps());
     out << "training: global batch " << latest->global_batch() << " (" << job.data().batch_size() << " per rank x "

@@ -62,6 +62,18 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
   out->set_mem_optim_bytes(last.mem_optim_bytes());
 }
 
+int64_t FirstStep(const std::vector<std::vector<v1::StepReport>>& by_rank) {
+  int64_t first = std::numeric_limits<int64_t>::max();
+  for (const auto& steps : by_rank)
+    if (!steps.empty()) first = std::min(first, steps.front().step());
+  return first == std::numeric_limits<int64_t>::max() ? 0 : first;
+}
+
+const std::vector<std::string>& WithheldSettings() {
+  static const std::vector<std::string> kNames = {"lr", "loss_scale", "global_batch"};
+  return kNames;
+}
+
 void MarkSlowRanks(double slow_ratio, std::vector<v1::RankStatus>* ranks) {
   std::vector<double> busy;
   for (const auto& r : *ranks) {
@@ -180,6 +192,34 @@ void FillSummary(const WindowStats& w, v1::RunSummary* out) {
   out->set_compute_ms(w.compute_ms);
   out->set_comm_ms(w.comm_ms);
   out->set_padding_fraction(w.padding_fraction);
+}
+
+bool VerdictDecided(const std::vector<MeasuredPair>& pairs, int planned, const v1::VerifySpec& spec) {
+  const int measured = static_cast<int>(pairs.size());
+  if (measured >= planned) return true;
+  if (planned % 2 == 0 || measured == 0) return false;
+  // The rest at their best, and at their worst: a verdict that holds for
+  // both holds for anything between.
+  MeasuredPair best, worst;
+  for (MeasuredPair* p : {&best, &worst}) {
+    p->healthy.throughput_samples_per_s = p->healthy.tokens_per_s = 1;
+    p->healthy.mean_loss = 1;
+    p->fixed.steps = spec.window_steps();
+  }
+  best.fixed.throughput_samples_per_s = best.fixed.tokens_per_s = std::numeric_limits<double>::max();
+  best.fixed.rank_step_skew = 1;
+  best.fixed.mean_loss = 0;
+  best.fixed.skipped_fraction = 0;
+  worst.fixed.throughput_samples_per_s = worst.fixed.tokens_per_s = 0;
+  worst.fixed.rank_step_skew = std::numeric_limits<double>::max();
+  worst.fixed.mean_loss = std::numeric_limits<double>::infinity();
+  worst.fixed.skipped_fraction = 1;
+  auto passes_with = [&](const MeasuredPair& rest) {
+    std::vector<MeasuredPair> all = pairs;
+    all.insert(all.end(), static_cast<size_t>(planned - measured), rest);
+    return Verify(all, spec).passed();
+  };
+  return !passes_with(best) || passes_with(worst);
 }
 
 v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::VerifySpec& spec) {

@@ -33,6 +33,23 @@ int64_t FaultOnsetUnixMs(const google::protobuf::RepeatedPtrField<v1::ResolvedFa
 // last report's values.
 void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::RankStatus* out);
 
+// The settings a fault may change (lr, loss scale, global batch) as a
+// healthy run's reports carry them: left out of everything a learner reads
+// of the baseline or a healthy verification run, which would otherwise
+// show, beside the deployed config, what the fault changed. The names are
+// the MetricsRow series'.
+const std::vector<std::string>& WithheldSettings();
+template <typename Report>
+void WithholdSettings(Report* r) {
+  r->clear_lr();
+  r->clear_loss_scale();
+  r->clear_global_batch();
+}
+
+// The first step a run reported on any rank: 0 for a run from scratch, the
+// checkpoint's next step for a resumed one (a run's windows are its own).
+int64_t FirstStep(const std::vector<std::vector<v1::StepReport>>& by_rank);
+
 // busy_vs_median and the slow flag for every rank with data.
 void MarkSlowRanks(double slow_ratio, std::vector<v1::RankStatus>* ranks);
 
@@ -93,6 +110,7 @@ double LossRatio(const WindowStats& healthy, const WindowStats& fixed);
 struct History {
   int64_t stride = 1;
   std::vector<v1::MetricsRow> rows;
+  std::string host;  // where the rank ran this run (a replaced host's curve keeps its name)
 };
 v1::MetricsRow MetricsRowOf(const v1::StepReport& s);
 void AppendHistory(const v1::StepReport& s, size_t cap, History* h);
@@ -104,5 +122,14 @@ void AppendHistory(const v1::StepReport& s, size_t cap, History* h);
 // spec.skipped_steps_max) also judge the median of the per-pair loss ratios
 // and of the fixed windows' skipped shares.
 v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::VerifySpec& spec);
+
+// Whether the pairs measured so far decide Verify over `planned` pairs,
+// whatever the rest would measure. With an odd number planned each
+// criterion is a median, which passes exactly when most pairs pass it: once
+// most have passed every criterion, or most have failed one, the rest cannot
+// change the verdict (the remaining pairs are taken as completed windows;
+// one that fails to complete fails verification on its own). An even
+// number's median averages two values: decided only when all are measured.
+bool VerdictDecided(const std::vector<MeasuredPair>& pairs, int planned, const v1::VerifySpec& spec);
 
 }  // namespace firedrill::controller

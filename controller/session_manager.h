@@ -41,6 +41,13 @@ namespace firedrill::controller {
 
 class NetnsFabric;
 
+// Where a job's checkpoint of `step` lives under its checkpoint.dir (the
+// trainer's naming, agent/checkpoint.h).
+std::string CheckpointStepDir(const std::string& dir, int64_t step);
+// <state_dir>/sessions/<id>/<what>, absolute: a session's checkpoints
+// ("checkpoints") and its verification runs' ("verify-checkpoints").
+std::string SessionFilesDir(const std::string& state_dir, const std::string& session_id, const std::string& what);
+
 struct SessionManagerOptions {
   std::string state_dir;
   std::string agent_bin;        // local launcher only
@@ -207,11 +214,25 @@ class SessionManager : public AgentListener {
   v1::ScoreReport ComputeScore(Session& s);
   // The measured verification of an applied fix (session_grading.cc).
   v1::Verification VerifyFix(Session& s, Lock& lock);
+  // Every checkpoint under `dir`, newest first, as firedrill-ckpt verifies
+  // them (run without the session's lock: it hashes every shard).
+  StatusOr<std::vector<v1::CheckpointEntry>> CheckpointsIn(const std::string& dir) const;
+  // The one checkpoint verification's runs resume from: the fix's
+  // checkpoint.resume_from with "latest" resolved, now, to the newest valid
+  // checkpoint in the job's directory; "" for none (from step 0).
+  StatusOr<std::string> VerifyResumePoint(Session& s, Lock& lock);
   // Runs `job` (or the session's) for one verification window and measures it.
   Status MeasureRun(Session& s, Lock& lock, RunKind kind, const v1::JobSpec* job, bool with_faults,
                     WindowStats* out);
   v1::RunSummary Summarize(const Session& s, int window) const;
   std::vector<std::vector<v1::StepReport>> StepsByRank(const Session& s) const;
+  // A rank slot for a new agent: nothing of the old one's but the curve of
+  // the run it was in, which StartRun keeps (`metrics --run main` after a
+  // host was replaced).
+  static void Renew(Rank& r);
+  // A run of the healthy job (the baseline, or verification's healthy
+  // side): what a learner reads of it withholds its settings (run_metrics.h).
+  static bool HealthyRun(const Session& s);
   // FailedPrecondition unless the drill offers the tool.
   Status ToolOffered(const Session& s, const std::string& tool) const;
   // Joins the session's driver (once, whoever asks first).

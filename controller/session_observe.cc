@@ -15,6 +15,10 @@
 
 namespace firedrill::controller {
 
+bool SessionManager::HealthyRun(const Session& s) {
+  return s.run && (s.run->kind == RunKind::kBaseline || s.run->kind == RunKind::kHealthy);
+}
+
 v1::RunSummary SessionManager::Summarize(const Session& s, int window) const {
   v1::RunSummary out;
   if (!s.run) return out;
@@ -22,13 +26,17 @@ v1::RunSummary SessionManager::Summarize(const Session& s, int window) const {
   out.set_state(Name(s.run->state));
   // The main run has no planned end (it trains until the fix): 0.
   out.set_steps_total(s.run->kind == RunKind::kMain ? 0 : s.run->steps_total);
+  // Steps every rank has done in this run, counted from the run's own first
+  // step (a resumed run starts at its checkpoint's).
+  const auto by_rank = StepsByRank(s);
+  const int64_t start = FirstStep(by_rank);
   int64_t done = s.run->steps_total;
-  for (const auto& r : s.ranks) done = std::min<int64_t>(done, r.steps.empty() ? 0 : r.steps.back().step() + 1);
+  for (const auto& steps : by_rank)
+    done = std::min<int64_t>(done, steps.empty() ? 0 : std::max<int64_t>(0, steps.back().step() + 1 - start));
   out.set_steps_done(done);
   if (done > 0) {
-    const int64_t first = std::max<int64_t>(0, done - window);
-    FillSummary(MeasureWindow(StepsByRank(s), first, done - first,
-                              s.rec.job().world_size() * s.rec.job().data().batch_size()),
+    const int64_t n = std::min<int64_t>(done, window);
+    FillSummary(MeasureWindow(by_rank, start + done - n, n, s.rec.job().world_size() * s.rec.job().data().batch_size()),
                 &out);
   }
   return out;
@@ -54,6 +62,7 @@ StatusOr<v1::SessionStatus> SessionManager::GetStatus(const std::string& id) {
     row.set_state(Name(r.state));
     row.set_message(r.message);
     FillRankWindow(r.steps, opts_.status_window, &row);
+    if (HealthyRun(s)) WithholdSettings(&row);
     if (!r.steps.empty() && r.state == RankState::kRunning) {
       row.set_since_last_step_s(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - r.last_step_at).count());
@@ -73,7 +82,6 @@ StatusOr<v1::SessionStatus> SessionManager::GetStatus(const std::string& id) {
     const int64_t end = s.rec.fix_applied_unix_ms() > 0 ? s.rec.fix_applied_unix_ms() : UnixNowMs();
     st.set_elapsed_s((end - s.rec.run_started_unix_ms()) / 1000.0);
   }
-  st.set_global_batch(s.rec.job().world_size() * s.rec.job().data().batch_size());
   if (s.scenario != nullptr) {
     *st.mutable_tools() = s.scenario->tools();
     st.set_time_budget_s(s.scenario->rubric().time_budget_s());
@@ -86,6 +94,7 @@ StatusOr<v1::SessionStatus> SessionManager::GetStatus(const std::string& id) {
     faults::ApplyFaultsToJob(std::vector<v1::ResolvedFault>(s.rec.faults().begin(), s.rec.faults().end()),
                              st.mutable_job());
   }
+  st.set_global_batch(st.job().world_size() * st.job().data().batch_size());
   return st;
 }
 
@@ -126,6 +135,7 @@ StatusOr<v1::TraceResponse> SessionManager::GetTrace(const v1::GetTraceRequest& 
       if (st.step() < from || st.step() >= to) continue;
       v1::StepReport* out_step = t->add_steps();
       *out_step = st;
+      if (HealthyRun(s)) WithholdSettings(out_step);
       if (!spans) out_step->clear_spans();
       if (!cpu) {
         out_step->clear_thread_cpu_ns();
@@ -168,7 +178,12 @@ StatusOr<v1::MetricsResponse> SessionManager::GetMetrics(const v1::GetMetricsReq
   }
   if (req.max_points() < 0 || req.max_points() > 10000)
     return InvalidArgument("max_points must be 0 (2000) to 10000, got " + std::to_string(req.max_points()));
-  const int64_t budget = req.max_points() > 0 ? req.max_points() : 2000;
+  // Points per rank, and at most 20000 rows in all (about 2 MB: well inside
+  // gRPC's 4 MiB message limit however many ranks the job has).
+  constexpr int64_t kMaxRows = 20000;
+  const int64_t budget = std::max<int64_t>(
+      1, std::min<int64_t>(req.max_points() > 0 ? req.max_points() : 2000,
+                           kMaxRows / std::max<int64_t>(1, static_cast<int64_t>(from.size()))));
   auto in_range = [&](const v1::MetricsRow& row) {
     return row.step() >= req.from_step() && (req.to_step() == 0 || row.step() < req.to_step());
   };
@@ -189,20 +204,19 @@ StatusOr<v1::MetricsResponse> SessionManager::GetMetrics(const v1::GetMetricsReq
   out.set_session_id(req.session_id());
   out.set_run(run);
   out.set_stride(stride);
-  const bool settings_hidden = run == "baseline";
+  // The kept baseline, or the run in progress when it is a healthy one.
+  const bool settings_hidden = run == "baseline" || run == Name(RunKind::kHealthy);
+  if (settings_hidden)
+    for (const auto& name : WithheldSettings()) out.add_withheld(name);
   for (int rank = 0; rank < static_cast<int>(from.size()); ++rank) {
     v1::RankMetrics* m = out.add_ranks();
     m->set_rank(rank);
-    m->set_host(rank < s.rec.hosts_size() ? s.rec.hosts(rank) : "");
+    m->set_host(!from[rank]->host.empty() ? from[rank]->host : rank < s.rec.hosts_size() ? s.rec.hosts(rank) : "");
     for (const auto& row : from[rank]->rows) {
       if (!in_range(row) || row.step() % stride != 0) continue;
       v1::MetricsRow* r = m->add_rows();
       *r = row;
-      if (settings_hidden) {
-        r->clear_lr();
-        r->clear_loss_scale();
-        r->clear_global_batch();
-      }
+      if (settings_hidden) WithholdSettings(r);
     }
   }
   return out;

@@ -23,7 +23,7 @@ Status SessionManager::LaunchRank(Session& s, Lock& lock, int rank, const std::s
     agent_session_[agent_id] = s.rec.info().session_id();
   }
   Rank& r = s.ranks[rank];
-  r = Rank{};
+  Renew(r);
   r.agent_id = agent_id;
   r.host = host;
   r.state = RankState::kStarting;
@@ -88,7 +88,7 @@ Status SessionManager::EnsureAgents(Session& s, Lock& lock) {
         if (a.busy || agent_session_.count(a.agent_id) || busy_hosts.count(a.host)) continue;
         agent_session_[a.agent_id] = s.rec.info().session_id();
         s.retired.erase(a.agent_id);  // an agent we stopped earlier, free again: it speaks again
-        r = Rank{};
+        Renew(r);
         r.agent_id = a.agent_id;
         r.host = a.host;
         r.pid = a.pid;
@@ -154,6 +154,7 @@ void SessionManager::StartRun(Session& s, RunKind kind, int64_t steps, bool with
     Rank& r = s.ranks[rank];
     r.steps.clear();
     r.history = History{};
+    r.history.host = rank < s.rec.hosts_size() ? s.rec.hosts(rank) : r.host;
     r.message.clear();
     v1::ControllerMessage msg;
     v1::RunJob* job = msg.mutable_run();
@@ -402,6 +403,12 @@ void SessionManager::OnAgentGone(const std::string& agent_id, const std::string&
 
 void SessionManager::OnAgentExit(const std::string& agent_id, int pid, const std::string& how) {
   OnAgentGone(agent_id, "agent process " + how);
+}
+
+void SessionManager::Renew(Rank& r) {
+  History curve = std::move(r.history);
+  r = Rank{};
+  r.history = std::move(curve);
 }
 
 std::vector<std::vector<v1::StepReport>> SessionManager::StepsByRank(const Session& s) const {

@@ -106,6 +106,16 @@ TEST(PrintStatusTest, TheTrainingLineIsTheSameInEveryJob) {
   EXPECT_NE(text.find("lr 0.02, loss scale 65536 (3 of 41 optimiser steps skipped so far)"), std::string::npos)
       << text;
   EXPECT_EQ(Header(text).find("SCALE"), std::string::npos) << text;
+
+  // A healthy run's settings are withheld (the controller clears them): no
+  // line, rather than one of zeros beside the deployed config.
+  for (auto& r : *st.mutable_ranks()) {
+    r.clear_global_batch();
+    r.clear_lr();
+    r.clear_loss_scale();
+  }
+  text = Status(st);
+  EXPECT_EQ(text.find("training:"), std::string::npos) << text;
 }
 
 TEST(PrintStatusTest, RowsStayAlignedWithOptionalColumns) {
