@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <string>
+#include <type_traits>
 
 #include "common/subprocess.h"
 #include "controller/session_manager.h"
@@ -17,15 +18,31 @@ namespace firedrill::controller {
 
 namespace {
 
-// The job's progress: the newest step any rank reported, plus one.
-int64_t StepsDone(const std::vector<std::vector<v1::StepReport>>& by_rank) {
-  int64_t newest = -1;
-  for (const auto& steps : by_rank)
-    if (!steps.empty()) newest = std::max(newest, steps.back().step());
-  return newest + 1;
+// A field of firedrill-ckpt's JSON, or `fallback` when it is missing or of
+// another type (json::value would throw).
+template <typename T>
+T Field(const nlohmann::json& c, const char* key, T fallback) {
+  const auto it = c.find(key);
+  if (it == c.end()) return fallback;
+  if constexpr (std::is_same_v<T, bool>) {
+    return it->is_boolean() ? it->get<bool>() : fallback;
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return it->is_string() ? it->get<std::string>() : fallback;
+  } else {
+    return it->is_number_integer() ? it->get<T>() : fallback;
+  }
 }
 
 }  // namespace
+
+std::string CheckpointStepDir(const std::string& dir, int64_t step) { return dir + "/step-" + std::to_string(step); }
+
+std::string SessionFilesDir(const std::string& state_dir, const std::string& session_id, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::path root = std::filesystem::absolute(state_dir, ec);
+  if (ec) root = state_dir;
+  return (root / "sessions" / session_id / what).lexically_normal().string();
+}
 
 StatusOr<v1::ListCheckpointsResponse> SessionManager::ListCheckpoints(const v1::ListCheckpointsRequest& req) {
   auto sp = Find(req.session_id());
@@ -37,29 +54,58 @@ StatusOr<v1::ListCheckpointsResponse> SessionManager::ListCheckpoints(const v1::
     std::lock_guard<std::mutex> lock(s.mu);
     FD_RETURN_IF_ERROR(ToolOffered(s, "checkpoints"));
     out.set_dir(s.rec.job().checkpoint().dir());
-    out.set_steps_done(StepsDone(StepsByRank(s)));
+    // The job's progress: the newest step any rank reported, plus one.
+    int64_t newest = -1;
+    for (const auto& r : s.ranks)
+      if (!r.steps.empty()) newest = std::max(newest, r.steps.back().step());
+    out.set_steps_done(newest + 1);
   }
   if (out.dir().empty()) return FailedPrecondition("this job has no checkpoint directory");
-  // Hashing every shard can take a while; the session's lock is not held.
-  auto r = RunCommand({opts_.ckpt_bin, "list", out.dir(), "--json"});
+  auto list = CheckpointsIn(out.dir());
+  if (!list.ok()) return list.status();
+  for (auto& e : *list) {
+    e.set_steps_lost(std::max<int64_t>(0, out.steps_done() - e.step()));
+    *out.add_checkpoints() = std::move(e);
+  }
+  return out;
+}
+
+StatusOr<std::vector<v1::CheckpointEntry>> SessionManager::CheckpointsIn(const std::string& dir) const {
+  std::vector<v1::CheckpointEntry> out;
+  // A job that has not written its first checkpoint yet has none to list.
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) return out;
+  auto r = RunCommand({opts_.ckpt_bin, "list", dir, "--json"});
   if (!r.ok()) return Internal("cannot run firedrill-ckpt (" + opts_.ckpt_bin + "): " + r.status().message());
   if (r->exit_code != 0)
-    return Internal(opts_.ckpt_bin + " list " + out.dir() + " exited " + std::to_string(r->exit_code) +
+    return Internal(opts_.ckpt_bin + " list " + dir + " exited " + std::to_string(r->exit_code) +
                     (r->output.empty() ? " and said nothing" : ": " + r->output));
   const nlohmann::json list = nlohmann::json::parse(r->output, nullptr, /*allow_exceptions=*/false);
   if (!list.is_array()) return Internal("firedrill-ckpt list printed no JSON list: " + r->output.substr(0, 300));
   for (const auto& c : list) {
-    v1::CheckpointEntry* e = out.add_checkpoints();
-    e->set_step(c.value("step", int64_t{0}));
-    e->set_valid(c.value("valid", false));
-    e->set_reason(c.value("reason", ""));
-    e->set_world_size(c.value("world_size", 0));
-    e->set_shards(c.value("shards", 0));
-    e->set_bytes(c.value("bytes", int64_t{0}));
-    e->set_created_unix_ms(c.value("created_unix_ms", int64_t{0}));
-    e->set_steps_lost(std::max<int64_t>(0, out.steps_done() - e->step()));
+    if (!c.is_object()) return Internal("firedrill-ckpt list printed a list entry that is not an object: " + c.dump());
+    v1::CheckpointEntry& e = out.emplace_back();
+    e.set_step(Field(c, "step", int64_t{0}));
+    e.set_valid(Field(c, "valid", false));
+    e.set_reason(Field(c, "reason", std::string()));
+    e.set_world_size(Field(c, "world_size", 0));
+    e.set_shards(Field(c, "shards", 0));
+    e.set_bytes(Field(c, "bytes", int64_t{0}));
+    e.set_created_unix_ms(Field(c, "created_unix_ms", int64_t{0}));
   }
   return out;
+}
+
+StatusOr<std::string> SessionManager::VerifyResumePoint(Session& s, Lock& lock) {
+  const v1::CheckpointSpec ck = s.rec.job().checkpoint();
+  if (ck.resume_from() != "latest") return ck.resume_from();
+  lock.unlock();
+  auto list = CheckpointsIn(ck.dir());
+  lock.lock();
+  if (!list.ok()) return list.status();
+  for (const auto& e : *list)  // newest first
+    if (e.valid()) return CheckpointStepDir(ck.dir(), e.step());
+  return std::string();
 }
 
 StatusOr<v1::VerifyCheckpointResponse> SessionManager::VerifyCheckpoint(const v1::VerifyCheckpointRequest& req) {
@@ -72,9 +118,9 @@ StatusOr<v1::VerifyCheckpointResponse> SessionManager::VerifyCheckpoint(const v1
     std::lock_guard<std::mutex> lock(s.mu);
     FD_RETURN_IF_ERROR(ToolOffered(s, "checkpoints"));
     if (s.rec.job().checkpoint().dir().empty()) return FailedPrecondition("this job has no checkpoint directory");
-    out.set_dir(s.rec.job().checkpoint().dir() + "/step-" + std::to_string(req.step()));
+    if (req.step() < 0) return InvalidArgument("a checkpoint's step is >= 0, got " + std::to_string(req.step()));
+    out.set_dir(CheckpointStepDir(s.rec.job().checkpoint().dir(), req.step()));
   }
-  if (req.step() < 0) return InvalidArgument("a checkpoint's step is >= 0, got " + std::to_string(req.step()));
   std::error_code ec;
   if (!std::filesystem::is_directory(out.dir(), ec))
     return NotFound("there is no checkpoint of step " + std::to_string(req.step()) + " (" + out.dir() +

@@ -4,9 +4,11 @@
 // the same agents, A B A B ..., and the fix is judged on the median of the
 // per-pair throughput ratios. Two runs seconds apart on shared cores see the
 // same machine, so a busy machine slows both sides of a pair alike, and one
-// disturbed pair does not decide. ComputeScore / GetScore: the score from
+// disturbed pair does not decide; measuring stops once the remaining pairs
+// could not change the verdict (VerdictDecided). ComputeScore / GetScore: the score from
 // the record once the session is over; before that, only what was submitted.
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -24,10 +26,7 @@ Status SessionManager::MeasureRun(Session& s, Lock& lock, RunKind kind, const v1
   // A job resumed from a checkpoint counts its steps from there: the
   // window is the run's own, after its warm-up.
   const auto by_rank = StepsByRank(s);
-  int64_t first = INT64_MAX;
-  for (const auto& steps : by_rank)
-    if (!steps.empty()) first = std::min(first, steps.front().step());
-  if (first == INT64_MAX) first = 0;
+  const int64_t first = FirstStep(by_rank);
   *out = MeasureWindow(by_rank, first + spec.warmup_steps(), spec.window_steps(),
                        j.world_size() * j.data().batch_size());
   return Status::Ok();
@@ -43,17 +42,37 @@ v1::Verification SessionManager::VerifyFix(Session& s, Lock& lock) {
     v.set_detail(why);
     return v;
   };
+  // The job's own checkpoints stay as the drill left them: every run here
+  // checkpoints into a scratch directory of its own, so no pair reads what
+  // an earlier one wrote, and a resume reads the one checkpoint the fix
+  // named ("latest" resolved once, now). The healthy side resumes from it
+  // too: the same job from the same point without the fault, so a resumed
+  // job's loss is held to a healthy job's over the same steps.
+  auto resume = VerifyResumePoint(s, lock);
+  if (!resume.ok()) return failed("could not find the checkpoint to resume from: " + resume.status().message());
+  if (s.end_requested) return failed("the session ended during verification");
+  const std::string scratch = SessionFilesDir(opts_.state_dir, s.rec.info().session_id(), "verify-checkpoints");
+  std::error_code ec;
+  std::filesystem::remove_all(scratch, ec);  // a verification before a controller restart
+  auto for_run = [&](const v1::JobSpec& base, const std::string& run) {
+    v1::JobSpec j = base;
+    j.mutable_checkpoint()->set_dir(scratch + "/" + run);
+    j.mutable_checkpoint()->set_resume_from(*resume);
+    return j;
+  };
   for (int i = 0; i < n; ++i) {
     MeasuredPair p;
     const std::string of = " " + std::to_string(i + 1) + "/" + std::to_string(n);
+    const v1::JobSpec healthy = for_run(s.healthy_job, "pair-" + std::to_string(i + 1) + "-healthy");
+    const v1::JobSpec fixed = for_run(s.rec.job(), "pair-" + std::to_string(i + 1) + "-fixed");
     if (Status st = EnsureAgents(s, lock); !st.ok()) return failed("could not restart the job's agents: " + st.message());
     AddEvent(s, "verification", -1, "pair" + of + ": measuring the healthy job");
-    Status a = MeasureRun(s, lock, RunKind::kHealthy, &s.healthy_job, false, &p.healthy);
+    Status a = MeasureRun(s, lock, RunKind::kHealthy, &healthy, false, &p.healthy);
     if (!a.ok() && !s.end_requested) {
       // The healthy job failing is the machine's problem, not the fix's:
       // on fresh agents, once more.
       AddEvent(s, "verification", -1, "the healthy job did not complete (" + a.message() + "); measuring it again");
-      if (Status st = EnsureAgents(s, lock); st.ok()) a = MeasureRun(s, lock, RunKind::kHealthy, &s.healthy_job, false, &p.healthy);
+      if (Status st = EnsureAgents(s, lock); st.ok()) a = MeasureRun(s, lock, RunKind::kHealthy, &healthy, false, &p.healthy);
     }
     if (s.end_requested) return failed("the session ended during verification");
     if (!a.ok()) return failed("the healthy comparison run did not complete: " + a.message());
@@ -61,10 +80,18 @@ v1::Verification SessionManager::VerifyFix(Session& s, Lock& lock) {
     // Every run starts on a full set of agents (one lost in the healthy run
     // is the machine's doing, not the fix's).
     if (Status st = EnsureAgents(s, lock); !st.ok()) return failed("could not restart the job's agents: " + st.message());
-    const Status b = MeasureRun(s, lock, RunKind::kVerify, nullptr, true, &p.fixed);
+    const Status b = MeasureRun(s, lock, RunKind::kVerify, &fixed, true, &p.fixed);
     if (s.end_requested) return failed("the session ended during verification");
     if (!b.ok()) return failed("the fixed job did not complete a verification window: " + b.message());
     pairs.push_back(p);
+    if (i + 1 < n && VerdictDecided(pairs, n, spec)) {
+      const std::string why = "decided after " + std::to_string(i + 1) + " of " + std::to_string(n) +
+                              " pairs: the rest could not change the verdict";
+      AddEvent(s, "verification", -1, why);
+      v1::Verification v = Verify(pairs, spec);
+      v.set_detail(v.detail() + "; " + why);
+      return v;
+    }
   }
   return Verify(pairs, spec);
 }

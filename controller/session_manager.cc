@@ -49,12 +49,6 @@ constexpr int64_t kUnboundedSteps = int64_t{1} << 40;
 // Where a session's job writes checkpoints when its scenario names no
 // directory: beside the controller's other state, one directory per session,
 // absolute because the agents run in their own working directories.
-std::string SessionCheckpointDir(const std::string& state_dir, const std::string& session_id) {
-  std::error_code ec;
-  std::filesystem::path root = std::filesystem::absolute(state_dir, ec);
-  if (ec) root = state_dir;
-  return (root / "sessions" / session_id / "checkpoints").lexically_normal().string();
-}
 
 }  // namespace
 
@@ -248,7 +242,7 @@ StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& r
   }
   if (Status st = SealAnswer(*s); !st.ok()) return FailedPrecondition("scenario " + sc->id() + ": " + st.message());
   if (s->rec.job().checkpoint().dir().empty()) {
-    const std::string dir = SessionCheckpointDir(opts_.state_dir, info.session_id());
+    const std::string dir = SessionFilesDir(opts_.state_dir, info.session_id(), "checkpoints");
     std::string err;
     if (!MakeDirs(dir, &err)) return Internal("session checkpoint directory: " + err);
     s->rec.mutable_job()->mutable_checkpoint()->set_dir(dir);
@@ -355,8 +349,13 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   Save(s);
 
   // Healthy baseline of the same job on this machine, faults off.
+  // Its checkpoints (if the job writes any) go elsewhere: the job's own
+  // directory shows only what the faulty run wrote, as `ckpt list` reads it.
   SetState(s, SessionState::kBaseline);
-  if (Status st = RunJob(s, lock, RunKind::kBaseline, RunLength(sc), false); !st.ok()) {
+  v1::JobSpec baseline_job = s.rec.job();
+  baseline_job.mutable_checkpoint()->set_dir(
+      SessionFilesDir(opts_.state_dir, s.rec.info().session_id(), "baseline-checkpoints"));
+  if (Status st = RunJob(s, lock, RunKind::kBaseline, RunLength(sc), false, &baseline_job); !st.ok()) {
     if (s.end_requested) return ended();
     return abort("baseline run failed: " + st.message());
   }

@@ -460,6 +460,38 @@ std::vector<MeasuredPair> LossPairs(double healthy_loss, double fixed_loss, doub
   return out;
 }
 
+// Verification stops once the remaining pairs cannot change the verdict:
+// of three, two that agree on every criterion decide it.
+TEST(VerdictDecidedTest, TwoOfThreeThatAgreeDecideAndTwoThatDisagreeDoNot) {
+  const v1::VerifySpec spec = Spec();
+  const MeasuredPair good{Window(5, 1000, 1.0), Window(5, 950, 1.1)};
+  const MeasuredPair slow{Window(5, 1000, 1.0), Window(5, 500, 1.1)};
+  const MeasuredPair skewed{Window(5, 1000, 1.0), Window(5, 950, 2.0)};
+  EXPECT_FALSE(VerdictDecided({good}, 3, spec)) << "one of three decides nothing";
+  EXPECT_TRUE(VerdictDecided({good, good}, 3, spec)) << "passed twice: a third cannot fail it";
+  EXPECT_TRUE(VerdictDecided({slow, slow}, 3, spec)) << "failed twice";
+  EXPECT_FALSE(VerdictDecided({good, slow}, 3, spec)) << "one each: the third decides";
+  // Each criterion on its own: one pair too slow and another too skewed
+  // fail different criteria, so neither fails by a majority yet.
+  EXPECT_FALSE(VerdictDecided({slow, skewed}, 3, spec));
+  EXPECT_FALSE(VerdictDecided({slow, skewed, skewed}, 5, spec)) << "two skew fails of five: not yet a majority";
+  EXPECT_TRUE(VerdictDecided({skewed, skewed, skewed}, 5, spec));
+  EXPECT_FALSE(VerdictDecided({good, good, good}, 4, spec)) << "an even count's median averages two";
+  EXPECT_TRUE(VerdictDecided({good, good, good, good}, 4, spec));
+  // The verdict on the pairs measured is the one the rest could not change.
+  EXPECT_TRUE(Verify({good, good}, spec).passed());
+  EXPECT_FALSE(Verify({slow, slow}, spec).passed());
+}
+
+TEST(VerdictDecidedTest, TheLossCountsLikeEveryOtherCriterion) {
+  const v1::VerifySpec spec = LossSpec();
+  std::vector<MeasuredPair> learns = LossPairs(0.80, 0.84, 0.0), flat = LossPairs(0.80, 2.0, 0.0);
+  EXPECT_TRUE(VerdictDecided({learns[0], learns[1]}, 3, spec));
+  EXPECT_TRUE(VerdictDecided({flat[0], flat[1]}, 3, spec));
+  EXPECT_FALSE(VerdictDecided({learns[0], flat[0]}, 3, spec));
+  EXPECT_FALSE(Verify({flat[0], flat[1]}, spec).passed());
+}
+
 TEST(VerifyLossTest, AFixedJobThatLearnsLikeTheHealthyOnePasses) {
   const v1::Verification v = Verify(LossPairs(0.80, 0.84, 0.0), LossSpec());
   EXPECT_TRUE(v.passed()) << v.detail();
