@@ -309,6 +309,14 @@ Check CheckScenario(const v1::Scenario& s) {
   FD_CHECK(NonEmpty("briefing", s.briefing()));
   FD_CHECK(CheckJob(s.job(), "job"));
   for (int i = 0; i < s.faults_size(); ++i) FD_CHECK(CheckFault(s, i));
+  // A fault whose harm verification cannot measure would let an unfixed
+  // job pass: a flipped mantissa bit moves no throughput, skew or loss.
+  for (int i = 0; i < s.faults_size(); ++i)
+    if (s.faults(i).kind() == "silent_divergence")
+      return Fail(Indexed("faults", i) + ".kind",
+                  "silent_divergence cannot be a drill's fault yet: verification judges throughput, rank skew and "
+                  "loss, which a flipped mantissa bit leaves as they were, so an unfixed job would pass (it needs a "
+                  "replica-agreement check in verify first)");
   FD_CHECK(CheckAnswer(s));
   FD_CHECK(CheckRemediations(s));
   for (int i = 0; i < s.may_change_size(); ++i) {

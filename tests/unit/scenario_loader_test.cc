@@ -182,6 +182,12 @@ TEST(ScenarioLoader, UnknownFaultKindListsKnownKinds) {
             "tiny_buckets, collective_desync, fp16_overflow, comm_misconfig, silent_divergence, slow_link");
 }
 
+TEST(ScenarioLoader, AFaultVerificationCannotMeasureIsRefused) {
+  std::string sd = With("slowdown: 2.0", "bit: 3");
+  sd.replace(sd.find("kind: straggler"), 15, "kind: silent_divergence");
+  EXPECT_NE(ErrorOf(sd).find("faults[0].kind: silent_divergence cannot be a drill's fault yet"), std::string::npos) << ErrorOf(sd);
+}
+
 TEST(ScenarioLoader, FaultParamsAreValidatedByTheKind) {
   EXPECT_EQ(ErrorOf(With("    params: {slowdown: 2.0}\n", "")),
             "t.yaml:13:5: faults[0].params: is required for kind 'straggler'");
