@@ -7,6 +7,8 @@
 #include <cmath>
 #include <vector>
 
+#include "common/stats.h"
+
 namespace firedrill::faults {
 
 namespace {
@@ -14,13 +16,11 @@ namespace {
 constexpr size_t kHealthySteps = 8;  // the healthy time is the median of these
 constexpr size_t kMinHealthy = 3;    // a slowdown takes hold once this many are measured
 constexpr size_t kSteerSteps = 4;    // steps per steering decision
-constexpr double kMinCores = 0.02;   // 1 ms in every 50: a quota still makes progress
+constexpr double kMinCores = 0.02;   // 4 ms in every 200: a quota still makes progress
 
 template <typename Values>
-double Median(Values v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+double MedianOf(const Values& v) {
+  return Median(std::vector<double>(v.begin(), v.end()));
 }
 
 double Seconds(clockid_t clock) {
@@ -97,7 +97,7 @@ void ThrottledCompute::OnStep(double compute_ms) {
       healthy_cpu_s_.pop_front();
     }
     if (f <= 1.0 || !quota_ || healthy_ms_.size() < kMinHealthy) return;
-    base_ms_ = Median(healthy_ms_);
+    base_ms_ = MedianOf(healthy_ms_);
     // First guess: the share of a core the training thread got while it
     // computed (its CPU time per step over its compute time: the quota acts
     // on the bursts, not on the step's average), divided by the slowdown;
@@ -131,7 +131,7 @@ void ThrottledCompute::Steer(double compute_ms, double f) {
   // quota.
   window_.push_back(compute_ms);
   if (window_.size() < kSteerSteps) return;
-  const double typical = Median(window_);
+  const double typical = MedianOf(window_);
   window_.clear();
   // Compute slower than asked: more CPU; faster: less.
   const double next = std::clamp(cores_ * std::sqrt(typical / (f * base_ms_)), kMinCores, OnlineCpus());

@@ -224,10 +224,20 @@ TEST(ThrottledCompute, AFlappingSlowdownLiftsAndResumes) {
 // Two slowdowns on one host at once (a hot device and a power cap): the
 // governor steers to their product, and when one recovers, back to the
 // other's alone.
-TEST(ThrottledCompute, TwoSlowdownsAtOnceCompoundAndOneRecovers) {
-  if (auto q = CpuQuota::Create("probe-" + std::to_string(getpid())); !q.ok())
-    GTEST_SKIP() << "cgroups cannot be written here: " << q.status().message();
-  const std::string got = InChild([] {
+struct TwoSlowdowns {
+  double healthy = 0, one = 0, both = 0, other = 0, t1 = 0, t2 = 0, t3 = 0;
+  bool quota_ok = false;
+  std::string said;
+  // Compounded (both clearly slower than one alone) and recovered (the
+  // other alone clearly faster than both). A governor that ignored the
+  // second slowdown would measure both/one near 1, one that missed the
+  // recovery other/both near 1.
+  bool Steered() const { return quota_ok && one > healthy && both > 1.25 * one && other < 0.85 * both; }
+};
+
+TwoSlowdowns SlowedTwice() {
+  TwoSlowdowns r;
+  r.said = InChild([] {
     ThrottledCompute c("two-" + std::to_string(getpid()));
     std::vector<double> healthy, one, both, other;
     double target_one = 0, target_both = 0, target_other = 0;
@@ -252,28 +262,40 @@ TEST(ThrottledCompute, TwoSlowdownsAtOnceCompoundAndOneRecovers) {
                   MedianOf(other), c.fallback().empty() ? 1 : 0, target_one, target_both, target_other);
     return std::string(buf);
   });
-  double healthy = 0, one = 0, both = 0, other = 0, t1 = 0, t2 = 0, t3 = 0;
-  int quota_ok = 0;
-  ASSERT_EQ(std::sscanf(got.c_str(), "%lf %lf %lf %lf %d %lf %lf %lf", &healthy, &one, &both, &other, &quota_ok, &t1,
-                        &t2, &t3),
-            8)
-      << "the child said '" << got << "'";
-  ASSERT_EQ(quota_ok, 1) << "the quota fell back to sleeping";
-  // What the governor steers the one quota to: the product of the
-  // slowdowns holding it, and the other's alone once one recovers.
-  EXPECT_DOUBLE_EQ(t1, 2.0);
-  EXPECT_DOUBLE_EQ(t2, 4.0) << "2x on top of 2x";
-  EXPECT_DOUBLE_EQ(t3, 2.0) << "the other slowdown holds alone";
-  // How close the step times come within four rounds is recorded, not
-  // asserted: on this VM the CPU a quota buys per period varies, and over
-  // 16-step phases both/one measured 0.74-3.8 and other/one 0.59-1.8 (with
-  // two of eight runs outside any bound that would also catch a governor
-  // that ignores the second slowdown). The single slowdown's convergence
-  // is asserted by TheQuotaMakesAStepTakeTheSlowdownTimesItsHealthyTime above.
-  RecordProperty("one_over_healthy", std::to_string(one / healthy));
-  RecordProperty("both_over_one", std::to_string(both / one));
-  RecordProperty("other_over_one", std::to_string(other / one));
-  EXPECT_GT(one, healthy) << got;
+  int ok = 0;
+  if (std::sscanf(r.said.c_str(), "%lf %lf %lf %lf %d %lf %lf %lf", &r.healthy, &r.one, &r.both, &r.other, &ok,
+                  &r.t1, &r.t2, &r.t3) != 8)
+    r.said = "the child said '" + r.said + "'";
+  r.quota_ok = ok == 1;
+  return r;
+}
+
+TEST(ThrottledCompute, TwoSlowdownsAtOnceCompoundAndOneRecovers) {
+  if (auto q = CpuQuota::Create("probe-" + std::to_string(getpid())); !q.ok())
+    GTEST_SKIP() << "cgroups cannot be written here: " << q.status().message();
+  // Up to three tries, as above (each is recorded). Measured with 4 ms
+  // quotas: both/one 1.47-3.37 and other/one 0.63-1.19 (5 runs); with the
+  // 1 ms quotas before, both/one ranged 0.74-3.8 and nothing was asserted.
+  TwoSlowdowns r;
+  std::string tries;
+  for (int attempt = 1; attempt <= 3 && !r.Steered(); ++attempt) {
+    r = SlowedTwice();
+    ASSERT_TRUE(r.quota_ok) << "the quota fell back to sleeping; " << r.said;
+    // What the governor steers the one quota to: the product of the
+    // slowdowns holding it, and the other's alone once one recovers.
+    EXPECT_DOUBLE_EQ(r.t1, 2.0);
+    EXPECT_DOUBLE_EQ(r.t2, 4.0) << "2x on top of 2x";
+    EXPECT_DOUBLE_EQ(r.t3, 2.0) << "the other slowdown holds alone";
+    char line[200];
+    std::snprintf(line, sizeof line, "try %d: one %.2fx healthy, both %.2fx one, the other alone %.2fx one; ",
+                  attempt, r.one / r.healthy, r.both / r.one, r.other / r.one);
+    tries += line;
+    const std::string n = "try" + std::to_string(attempt);
+    RecordProperty(n + "_one_over_healthy", std::to_string(r.one / r.healthy));
+    RecordProperty(n + "_both_over_one", std::to_string(r.both / r.one));
+    RecordProperty(n + "_other_over_one", std::to_string(r.other / r.one));
+  }
+  EXPECT_TRUE(r.Steered()) << tries;
 }
 
 TEST(CpuQuota, LeftoversOfAKilledProcessAreRemoved) {
