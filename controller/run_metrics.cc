@@ -62,13 +62,6 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
   out->set_mem_optim_bytes(last.mem_optim_bytes());
 }
 
-int64_t FirstStep(const std::vector<std::vector<v1::StepReport>>& by_rank) {
-  int64_t first = std::numeric_limits<int64_t>::max();
-  for (const auto& steps : by_rank)
-    if (!steps.empty()) first = std::min(first, steps.front().step());
-  return first == std::numeric_limits<int64_t>::max() ? 0 : first;
-}
-
 const std::vector<std::string>& WithheldSettings() {
   static const std::vector<std::string> kNames = {"lr", "loss_scale", "global_batch"};
   return kNames;
@@ -214,12 +207,15 @@ bool VerdictDecided(const std::vector<MeasuredPair>& pairs, int planned, const v
   worst.fixed.rank_step_skew = std::numeric_limits<double>::max();
   worst.fixed.mean_loss = std::numeric_limits<double>::infinity();
   worst.fixed.skipped_fraction = 1;
+  // Skew fails at both ends (none measured reads 0): the worst is either.
+  MeasuredPair unmeasured = worst;
+  unmeasured.fixed.rank_step_skew = 0;
   auto passes_with = [&](const MeasuredPair& rest) {
     std::vector<MeasuredPair> all = pairs;
     all.insert(all.end(), static_cast<size_t>(planned - measured), rest);
     return Verify(all, spec).passed();
   };
-  return !passes_with(best) || passes_with(worst);
+  return !passes_with(best) || (passes_with(worst) && passes_with(unmeasured));
 }
 
 v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::VerifySpec& spec) {

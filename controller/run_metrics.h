@@ -46,10 +46,6 @@ void WithholdSettings(Report* r) {
   r->clear_global_batch();
 }
 
-// The first step a run reported on any rank: 0 for a run from scratch, the
-// checkpoint's next step for a resumed one (a run's windows are its own).
-int64_t FirstStep(const std::vector<std::vector<v1::StepReport>>& by_rank);
-
 // busy_vs_median and the slow flag for every rank with data.
 void MarkSlowRanks(double slow_ratio, std::vector<v1::RankStatus>* ranks);
 

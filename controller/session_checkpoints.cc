@@ -92,6 +92,7 @@ StatusOr<std::vector<v1::CheckpointEntry>> SessionManager::CheckpointsIn(const s
     e.set_shards(Field(c, "shards", 0));
     e.set_bytes(Field(c, "bytes", int64_t{0}));
     e.set_created_unix_ms(Field(c, "created_unix_ms", int64_t{0}));
+    e.set_dir(Field(c, "dir", CheckpointStepDir(dir, e.step())));
   }
   return out;
 }
@@ -104,7 +105,7 @@ StatusOr<std::string> SessionManager::VerifyResumePoint(Session& s, Lock& lock) 
   lock.lock();
   if (!list.ok()) return list.status();
   for (const auto& e : *list)  // newest first
-    if (e.valid()) return CheckpointStepDir(ck.dir(), e.step());
+    if (e.valid()) return e.dir();
   return std::string();
 }
 

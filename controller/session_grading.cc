@@ -25,9 +25,8 @@ Status SessionManager::MeasureRun(Session& s, Lock& lock, RunKind kind, const v1
   const v1::JobSpec& j = job ? *job : s.rec.job();
   // A job resumed from a checkpoint counts its steps from there: the
   // window is the run's own, after its warm-up.
-  const auto by_rank = StepsByRank(s);
-  const int64_t first = FirstStep(by_rank);
-  *out = MeasureWindow(by_rank, first + spec.warmup_steps(), spec.window_steps(),
+  const int64_t first = s.run ? std::max<int64_t>(0, s.run->first_step) : 0;
+  *out = MeasureWindow(StepsByRank(s), first + spec.warmup_steps(), spec.window_steps(),
                        j.world_size() * j.data().batch_size());
   return Status::Ok();
 }
@@ -45,26 +44,31 @@ v1::Verification SessionManager::VerifyFix(Session& s, Lock& lock) {
   // The job's own checkpoints stay as the drill left them: every run here
   // checkpoints into a scratch directory of its own, so no pair reads what
   // an earlier one wrote, and a resume reads the one checkpoint the fix
-  // named ("latest" resolved once, now). The healthy side resumes from it
-  // too: the same job from the same point without the fault, so a resumed
-  // job's loss is held to a healthy job's over the same steps.
+  // named ("latest" resolved once, now). Where the drill judges the loss,
+  // the healthy side resumes from it too: the same job from the same point
+  // without the fault, so a resumed job's loss is held to a healthy job's
+  // over the same steps. Elsewhere it runs from step 0 (throughput does not
+  // depend on where a job starts, and a checkpoint the faulty job wrote may
+  // carry settings, such as its data loader's, that the healthy one refuses).
+  // A healthy job that will not resume from it is named as such below.
   auto resume = VerifyResumePoint(s, lock);
   if (!resume.ok()) return failed("could not find the checkpoint to resume from: " + resume.status().message());
   if (s.end_requested) return failed("the session ended during verification");
   const std::string scratch = SessionFilesDir(opts_.state_dir, s.rec.info().session_id(), "verify-checkpoints");
   std::error_code ec;
   std::filesystem::remove_all(scratch, ec);  // a verification before a controller restart
-  auto for_run = [&](const v1::JobSpec& base, const std::string& run) {
+  const bool same_start = spec.loss_vs_baseline_max() > 0;
+  auto for_run = [&](const v1::JobSpec& base, const std::string& run, bool resume_too) {
     v1::JobSpec j = base;
     j.mutable_checkpoint()->set_dir(scratch + "/" + run);
-    j.mutable_checkpoint()->set_resume_from(*resume);
+    j.mutable_checkpoint()->set_resume_from(resume_too ? *resume : "");
     return j;
   };
   for (int i = 0; i < n; ++i) {
     MeasuredPair p;
     const std::string of = " " + std::to_string(i + 1) + "/" + std::to_string(n);
-    const v1::JobSpec healthy = for_run(s.healthy_job, "pair-" + std::to_string(i + 1) + "-healthy");
-    const v1::JobSpec fixed = for_run(s.rec.job(), "pair-" + std::to_string(i + 1) + "-fixed");
+    const v1::JobSpec healthy = for_run(s.healthy_job, "pair-" + std::to_string(i + 1) + "-healthy", same_start);
+    const v1::JobSpec fixed = for_run(s.rec.job(), "pair-" + std::to_string(i + 1) + "-fixed", true);
     if (Status st = EnsureAgents(s, lock); !st.ok()) return failed("could not restart the job's agents: " + st.message());
     AddEvent(s, "verification", -1, "pair" + of + ": measuring the healthy job");
     Status a = MeasureRun(s, lock, RunKind::kHealthy, &healthy, false, &p.healthy);
@@ -75,6 +79,9 @@ v1::Verification SessionManager::VerifyFix(Session& s, Lock& lock) {
       if (Status st = EnsureAgents(s, lock); st.ok()) a = MeasureRun(s, lock, RunKind::kHealthy, &healthy, false, &p.healthy);
     }
     if (s.end_requested) return failed("the session ended during verification");
+    if (!a.ok() && same_start && !resume->empty())
+      return failed("the healthy job could not resume from the fix's checkpoint " + *resume +
+                    ", so the loss cannot be compared over the same steps: " + a.message());
     if (!a.ok()) return failed("the healthy comparison run did not complete: " + a.message());
     AddEvent(s, "verification", -1, "pair" + of + ": measuring the fixed job");
     // Every run starts on a full set of agents (one lost in the healthy run

@@ -46,10 +46,6 @@ int RunLength(const v1::Scenario& sc) { return sc.verify().warmup_steps() + sc.v
 // time limit passes; the agent is simply never told to stop on its own.
 constexpr int64_t kUnboundedSteps = int64_t{1} << 40;
 
-// Where a session's job writes checkpoints when its scenario names no
-// directory: beside the controller's other state, one directory per session,
-// absolute because the agents run in their own working directories.
-
 }  // namespace
 
 SessionManager::SessionManager(SessionManagerOptions opts, Store* store, AgentPool* pool,
@@ -242,6 +238,8 @@ StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& r
   }
   if (Status st = SealAnswer(*s); !st.ok()) return FailedPrecondition("scenario " + sc->id() + ": " + st.message());
   if (s->rec.job().checkpoint().dir().empty()) {
+    // Beside the controller's other state, one directory per session,
+    // absolute because the agents run in their own working directories.
     const std::string dir = SessionFilesDir(opts_.state_dir, info.session_id(), "checkpoints");
     std::string err;
     if (!MakeDirs(dir, &err)) return Internal("session checkpoint directory: " + err);

@@ -132,6 +132,10 @@ class SessionManager : public AgentListener {
     std::string id;
     RunKind kind = RunKind::kMain;
     int64_t steps_total = 0;
+    // The first step any rank reported: 0 from scratch, a resumed run's
+    // checkpoint step; -1 before any report (the kept reports are trimmed,
+    // so they cannot say).
+    int64_t first_step = -1;
     RunState state = RunState::kStarting;
     std::chrono::steady_clock::time_point last_progress;
   };
@@ -233,6 +237,9 @@ class SessionManager : public AgentListener {
   // A run of the healthy job (the baseline, or verification's healthy
   // side): what a learner reads of it withholds its settings (run_metrics.h).
   static bool HealthyRun(const Session& s);
+  // A healthy run's timeline and collectives would show what its settings
+  // make of a step (bucket sizes, micro-batches): `tool` is refused then.
+  static Status NotHealthyRun(const Session& s, const std::string& tool);
   // FailedPrecondition unless the drill offers the tool.
   Status ToolOffered(const Session& s, const std::string& tool) const;
   // Joins the session's driver (once, whoever asks first).

@@ -19,6 +19,13 @@ bool SessionManager::HealthyRun(const Session& s) {
   return s.run && (s.run->kind == RunKind::kBaseline || s.run->kind == RunKind::kHealthy);
 }
 
+Status SessionManager::NotHealthyRun(const Session& s, const std::string& tool) {
+  if (!HealthyRun(s)) return Status::Ok();
+  return FailedPrecondition(std::string("the job running now is the healthy comparison job (the ") +
+                            Name(s.run->kind) + " run), not the drill's: " + tool +
+                            " shows the drill's own job; try again once it runs");
+}
+
 v1::RunSummary SessionManager::Summarize(const Session& s, int window) const {
   v1::RunSummary out;
   if (!s.run) return out;
@@ -29,7 +36,7 @@ v1::RunSummary SessionManager::Summarize(const Session& s, int window) const {
   // Steps every rank has done in this run, counted from the run's own first
   // step (a resumed run starts at its checkpoint's).
   const auto by_rank = StepsByRank(s);
-  const int64_t start = FirstStep(by_rank);
+  const int64_t start = std::max<int64_t>(0, s.run->first_step);
   int64_t done = s.run->steps_total;
   for (const auto& steps : by_rank)
     done = std::min<int64_t>(done, steps.empty() ? 0 : std::max<int64_t>(0, steps.back().step() + 1 - start));
@@ -104,6 +111,9 @@ StatusOr<v1::TraceResponse> SessionManager::GetTrace(const v1::GetTraceRequest& 
   Session& s = **sp;
   std::lock_guard<std::mutex> lock(s.mu);
   FD_RETURN_IF_ERROR(ToolOffered(s, req.node() ? "node" : "trace"));
+  // A healthy run's timeline would show what its settings make of a step
+  // (its buckets' sizes, its micro-batches) beside the deployed config.
+  FD_RETURN_IF_ERROR(NotHealthyRun(s, req.node() ? "node" : "trace"));
   // Each tool's own fields: the node view needs no timeline, a trace shows
   // no CPU counters unless the drill offers the node tool.
   const bool spans = !req.node();
@@ -135,7 +145,6 @@ StatusOr<v1::TraceResponse> SessionManager::GetTrace(const v1::GetTraceRequest& 
       if (st.step() < from || st.step() >= to) continue;
       v1::StepReport* out_step = t->add_steps();
       *out_step = st;
-      if (HealthyRun(s)) WithholdSettings(out_step);
       if (!spans) out_step->clear_spans();
       if (!cpu) {
         out_step->clear_thread_cpu_ns();
@@ -243,6 +252,7 @@ StatusOr<v1::FlightRecorderResponse> SessionManager::GetFlightRecorder(const v1:
   {
     std::lock_guard<std::mutex> lock(s.mu);
     FD_RETURN_IF_ERROR(ToolOffered(s, "flight_recorder"));
+    FD_RETURN_IF_ERROR(NotHealthyRun(s, "the flight recorder"));
     s.fr_replies[id];  // this request's own replies: concurrent dumps do not mix
     for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank)
       if (!s.ranks[rank].agent_id.empty()) agents.emplace_back(rank, s.ranks[rank].agent_id);

@@ -315,6 +315,7 @@ void SessionManager::OnSteps(const std::string& agent_id, const v1::StepBatch& b
     Rank& r = s->ranks[step.rank()];
     if (r.agent_id != agent_id) continue;  // an agent reports for its own rank only
     r.steps.push_back(step);
+    if (s->run->first_step < 0 || step.step() < s->run->first_step) s->run->first_step = step.step();
     AppendHistory(step, opts_.history_rows, &r.history);
     // Keep the newest: drop the older half when the cap is reached, so the
     // cost per report stays constant.

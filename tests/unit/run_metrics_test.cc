@@ -476,6 +476,11 @@ TEST(VerdictDecidedTest, TwoOfThreeThatAgreeDecideAndTwoThatDisagreeDoNot) {
   EXPECT_FALSE(VerdictDecided({slow, skewed}, 3, spec));
   EXPECT_FALSE(VerdictDecided({slow, skewed, skewed}, 5, spec)) << "two skew fails of five: not yet a majority";
   EXPECT_TRUE(VerdictDecided({skewed, skewed, skewed}, 5, spec));
+  // A pair without skew data reads 0, which fails as surely as too much:
+  // two passes with one such pair among them decide nothing yet.
+  const MeasuredPair unmeasured{Window(5, 1000, 1.0), Window(5, 950, 0.0)};
+  EXPECT_FALSE(VerdictDecided({unmeasured, good}, 3, spec)) << "a third at skew 0 would fail it";
+  EXPECT_FALSE(Verify({unmeasured, good, unmeasured}, spec).passed());
   EXPECT_FALSE(VerdictDecided({good, good, good}, 4, spec)) << "an even count's median averages two";
   EXPECT_TRUE(VerdictDecided({good, good, good, good}, 4, spec));
   // The verdict on the pairs measured is the one the rest could not change.
