@@ -186,39 +186,65 @@ TEST(ThrottledCompute, TheQuotaMakesAStepTakeTheSlowdownTimesItsHealthyTime) {
 // A flapping straggler (faults/runner.h): slowed, recovered, slowed again.
 // While recovered its steps are healthy again; slowed again, the quota
 // resumes where it was instead of measuring from scratch.
-TEST(ThrottledCompute, AFlappingSlowdownLiftsAndResumes) {
-  if (auto q = CpuQuota::Create("probe-" + std::to_string(getpid())); !q.ok())
-    GTEST_SKIP() << "cgroups cannot be written here: " << q.status().message();
-  const std::string got = InChild([] {
+struct Flapping {
+  double healthy = 0, on1 = 0, off = 0, on2 = 0;
+  std::string said;
+  // Slowed and slowed again against the unslowed steps (the healthy ones,
+  // or the recovered ones where the host stalled the healthy phase: under
+  // ASan a healthy phase once read 1.5x the recovered one), and recovered
+  // clearly faster than slowed. Asked 3x; a governor that does not act
+  // reads 1x, one that never lifts the quota reads off as slow as on1.
+  bool Flapped() const {
+    const double unslowed = std::min(healthy, off);
+    return unslowed > 0 && on1 > 1.5 * unslowed && on2 > 1.3 * unslowed && off < on1 / 1.5;
+  }
+};
+
+Flapping FlapOnce() {
+  Flapping r;
+  r.said = InChild([] {
     ThrottledCompute c("flap-" + std::to_string(getpid()));
     std::vector<double> healthy, on1, off, on2;
-    for (int step = 0; step < 44; ++step) {
-      if (step == 5 || step == 30) c.Slow(0, 3.0);
-      if (step == 22) c.Restore(0);
+    for (int step = 0; step < 48; ++step) {
+      if (step == 9 || step == 34) c.Slow(0, 3.0);
+      if (step == 26) c.Restore(0);
       const double ms = WorkMs();
       c.OnStep(ms);
-      if (step >= 1 && step < 5) healthy.push_back(ms);
-      if (step >= 14 && step < 22) on1.push_back(ms);
-      if (step >= 23 && step < 30) off.push_back(ms);
-      if (step >= 31) on2.push_back(ms);  // from its first step back
+      if (step >= 1 && step < 9) healthy.push_back(ms);
+      if (step >= 18 && step < 26) on1.push_back(ms);
+      if (step >= 27 && step < 34) off.push_back(ms);
+      if (step >= 35) on2.push_back(ms);  // from its first step back
     }
     char buf[256];
     std::snprintf(buf, sizeof buf, "%f %f %f %f", MedianOf(healthy), MedianOf(on1), MedianOf(off), MedianOf(on2));
     return std::string(buf);
   });
-  double healthy = 0, on1 = 0, off = 0, on2 = 0;
-  ASSERT_EQ(std::sscanf(got.c_str(), "%lf %lf %lf %lf", &healthy, &on1, &off, &on2), 4)
-      << "the child said '" << got << "'";
-  RecordProperty("on_over_healthy", std::to_string(on1 / healthy));
-  RecordProperty("off_over_healthy", std::to_string(off / healthy));
-  RecordProperty("again_over_healthy", std::to_string(on2 / healthy));
-  // Asked 3x; unslowed is 1x. Measured on1 2.9-5.4x and on2 2.1-3.0x,
-  // with one on2 of 1.35x in about twenty runs (this VM's CPU time per
-  // quota period varies): the bounds sit below the lowest seen, and well
-  // above the 1x of a governor that does not act.
-  EXPECT_GT(on1, 1.5 * healthy) << got;
-  EXPECT_LT(off, 1.5 * healthy) << "recovered: the quota is lifted; " << got;
-  EXPECT_GT(on2, 1.3 * healthy) << "slowed again, at once; " << got;
+  if (std::sscanf(r.said.c_str(), "%lf %lf %lf %lf", &r.healthy, &r.on1, &r.off, &r.on2) != 4)
+    r.said = "the child said '" + r.said + "'";
+  return r;
+}
+
+TEST(ThrottledCompute, AFlappingSlowdownLiftsAndResumes) {
+  if (auto q = CpuQuota::Create("probe-" + std::to_string(getpid())); !q.ok())
+    GTEST_SKIP() << "cgroups cannot be written here: " << q.status().message();
+  // Up to three tries, as above. Measured (1 ms quotas) on1 2.9-5.4x and
+  // on2 2.1-3.0x, with one on2 of 1.35x in about twenty runs; the bounds sit
+  // below the lowest seen, and well above the 1x of a governor that does
+  // not act.
+  Flapping r;
+  std::string tries;
+  for (int attempt = 1; attempt <= 3 && !r.Flapped(); ++attempt) {
+    r = FlapOnce();
+    char line[200];
+    std::snprintf(line, sizeof line, "try %d: healthy %.1f ms, slowed %.1f, recovered %.1f, slowed again %.1f; ",
+                  attempt, r.healthy, r.on1, r.off, r.on2);
+    tries += line;
+    const std::string n = "try" + std::to_string(attempt);
+    RecordProperty(n + "_on_over_healthy", std::to_string(r.on1 / r.healthy));
+    RecordProperty(n + "_off_over_healthy", std::to_string(r.off / r.healthy));
+    RecordProperty(n + "_again_over_healthy", std::to_string(r.on2 / r.healthy));
+  }
+  EXPECT_TRUE(r.Flapped()) << tries;
 }
 
 // Two slowdowns on one host at once (a hot device and a power cap): the
