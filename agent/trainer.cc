@@ -4,6 +4,8 @@
 // carries the ranks' votes to stop, so stopping costs no extra collective.
 #include "agent/trainer.h"
 
+#include <time.h>
+
 #include <torch/torch.h>
 
 #include <chrono>
@@ -69,6 +71,14 @@ void FillCpuThrottling(v1::CpuThrottling* c) {
 }
 
 using Clock = std::chrono::steady_clock;
+
+// The calling thread's CPU time, ms: the work a compute phase did, which a
+// CPU quota stretches in wall time but not in CPU time.
+double ThreadCpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return 1e3 * static_cast<double>(ts.tv_sec) + 1e-6 * static_cast<double>(ts.tv_nsec);
+}
 
 double MsSince(Clock::time_point t0, Clock::time_point t1) {
   return std::chrono::duration<double, std::milli>(t1 - t0).count();
@@ -514,6 +524,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         loader->set_sample_latency_ms(ms);
       }
       double data_ms = 0, forward_ms = 0, backward_ms = 0, loss_value = 0, padding = 0, model_flops = 0;
+      double compute_cpu_ms = 0;  // the training thread's CPU time in forward, backward and optimiser
       int64_t tokens = 0;
       probe.Begin();
       // Slices of this step's timeline, for `firedrill trace`.
@@ -550,6 +561,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         // forward/backward.
         phase = "forward";
         t0 = Clock::now();
+        double cpu0 = ThreadCpuMs();
         stretch_mark = t0;
         auto computed = model->Loss(*batch);
         if (!computed.ok())
@@ -564,11 +576,13 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         if (scaling) loss = loss * scaler->scale();
         StretchSince(stretch_mark);
         t1 = Clock::now();
+        compute_cpu_ms += ThreadCpuMs() - cpu0;
         forward_ms += MsSince(t0, t1);
         span("forward", t0, t1, micro);
 
         phase = "backward";
         t0 = Clock::now();
+        cpu0 = ThreadCpuMs();
         stretch_mark = t0;
         // Only the last micro-batch synchronises (DDP's no_sync() on the
         // others): its hooks start the bucket all-reduces during backward.
@@ -578,6 +592,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         loss.backward();
         StretchSince(stretch_mark);
         t1 = Clock::now();
+        compute_cpu_ms += ThreadCpuMs() - cpu0;
         backward_ms += MsSince(t0, t1);
         span("backward", t0, t1, micro);
       }
@@ -611,6 +626,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
 
       phase = "optimizer";
       auto t0 = Clock::now();
+      const double optim_cpu0 = ThreadCpuMs();
       const double lr = ScheduledLr(target_lr, warmup, step);
       double grad_sq = 0;
       bool found_inf = false;
@@ -633,6 +649,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
       stretch_mark = t0;
       StretchSince(stretch_mark);
       auto t1 = Clock::now();
+      compute_cpu_ms += ThreadCpuMs() - optim_cpu0;
       const double optim_ms = MsSince(t0, t1);
       span("optimizer", t0, t1, -1);
       const int64_t step_peak = PeakBytes();
@@ -660,7 +677,8 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
 
       const auto t_end = Clock::now();
       steps_done.store(step + 1);
-      compute->OnStep(forward_ms + backward_ms + optim_ms);  // the quota's governor: the device's work
+      // The quota's governor: the device's work, in wall time and CPU time.
+      compute->OnStep(forward_ms + backward_ms + optim_ms, compute_cpu_ms);
 
       if (telemetry) {
         phase = "step report";

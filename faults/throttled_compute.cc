@@ -1,33 +1,19 @@
 #include "faults/throttled_compute.h"
 
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "common/stats.h"
-
 namespace firedrill::faults {
 
 namespace {
 
-constexpr size_t kHealthySteps = 8;  // the healthy time is the median of these
+constexpr size_t kHealthySteps = 8;  // the healthy stretch is measured on these
 constexpr size_t kMinHealthy = 3;    // a slowdown takes hold once this many are measured
 constexpr size_t kSteerSteps = 4;    // steps per steering decision
 constexpr double kMinCores = 0.02;   // 4 ms in every 200: a quota still makes progress
-
-template <typename Values>
-double MedianOf(const Values& v) {
-  return Median(std::vector<double>(v.begin(), v.end()));
-}
-
-double Seconds(clockid_t clock) {
-  timespec ts{};
-  clock_gettime(clock, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 
 double OnlineCpus() {
   const long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -81,60 +67,70 @@ void ThrottledCompute::Restore(FaultId id) {
   cores_ = 0;
 }
 
-void ThrottledCompute::OnStep(double compute_ms) {
+double ThrottledCompute::Stretch(const std::vector<Sample>& steps) {
+  std::vector<Sample> s;
+  double total = 0;
+  for (const Sample& x : steps) {
+    if (x.cpu_ms <= 0 || x.wall_ms <= 0) continue;
+    s.push_back(x);
+    total += x.cpu_ms;
+  }
+  if (s.empty()) return 0;
+  std::sort(s.begin(), s.end(),
+            [](const Sample& a, const Sample& b) { return a.wall_ms * b.cpu_ms < b.wall_ms * a.cpu_ms; });
+  double seen = 0;
+  for (const Sample& x : s) {
+    seen += x.cpu_ms;
+    // One thread cannot compute for longer than it ran: at least 1.
+    if (seen >= total / 2) return std::max(1.0, x.wall_ms / x.cpu_ms);
+  }
+  return std::max(1.0, s.back().wall_ms / s.back().cpu_ms);
+}
+
+void ThrottledCompute::OnStep(double compute_ms, double cpu_ms) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (++steps_ == 1 || compute_ms <= 0 || cpu_ms <= 0) return;  // the first step warms up
+  const Sample step{compute_ms, cpu_ms};
   const double f = factors_.Product();
-  if (f <= 1.0 || !quota_ || (cores_ == 0 && base_ms_ == 0)) {
+  if (f <= 1.0 || !quota_ || (cores_ == 0 && base_stretch_ == 0)) {
     // A healthy step (or one run before the quota took hold): the baseline.
-    const double cpu = Seconds(CLOCK_THREAD_CPUTIME_ID);
-    if (compute_ms > 0 && last_cpu_s_ > 0) {
-      healthy_ms_.push_back(compute_ms);
-      healthy_cpu_s_.push_back(cpu - last_cpu_s_);
-    }
-    last_cpu_s_ = cpu;
-    if (healthy_ms_.size() > kHealthySteps) {
-      healthy_ms_.pop_front();
-      healthy_cpu_s_.pop_front();
-    }
-    if (f <= 1.0 || !quota_ || healthy_ms_.size() < kMinHealthy) return;
-    base_ms_ = MedianOf(healthy_ms_);
+    healthy_.push_back(step);
+    if (healthy_.size() > kHealthySteps) healthy_.pop_front();
+    if (f <= 1.0 || !quota_ || healthy_.size() < kMinHealthy) return;
+    base_stretch_ = Stretch(std::vector<Sample>(healthy_.begin(), healthy_.end()));
+    if (base_stretch_ <= 0) return;
     // First guess: the share of a core the training thread got while it
-    // computed (its CPU time per step over its compute time: the quota acts
-    // on the bursts, not on the step's average), divided by the slowdown;
-    // the steering below corrects it.
-    double cpu_s = 0, wall_s = 0;
-    for (size_t i = 0; i < healthy_ms_.size(); ++i) {
-      cpu_s += healthy_cpu_s_[i];
-      wall_s += healthy_ms_[i] / 1e3;
-    }
-    const double share = wall_s > 0 ? std::clamp(cpu_s / wall_s, 0.05, 1.0) : 1.0;
-    cores_ = std::clamp(share / f, kMinCores, OnlineCpus());
+    // computed (1 over its stretch: the quota acts on the bursts, not on
+    // the step's average), divided by the slowdown; the steering below
+    // corrects it.
+    cores_ = std::clamp(1.0 / (base_stretch_ * f), kMinCores, OnlineCpus());
     window_.clear();
     Apply();
     return;
   }
-  Steer(compute_ms, f);
+  Steer(step, f);
 }
 
-void ThrottledCompute::Steer(double compute_ms, double f) {
-  if (compute_ms <= 0 || base_ms_ <= 0) return;
+void ThrottledCompute::Steer(const Sample& step, double f) {
+  if (base_stretch_ <= 0) return;
   if (cores_ == 0) {  // slowed again (flapping): where it was
     cores_ = resume_cores_ > 0 ? resume_cores_ : kMinCores;
     window_.clear();
     Apply();
     return;
   }
-  // Steered on the median of a few steps (a step on shared cores varies by
+  // Steered on a few steps' stretch (a step on shared cores varies by
   // +-30%, a throttled one by up to a period, and now and then one stalls
   // for several times its length, which a mean would chase), damped; the
   // limit is rewritten only when it moves, since each write refills the
   // quota.
-  window_.push_back(compute_ms);
+  window_.push_back(step);
   if (window_.size() < kSteerSteps) return;
-  const double typical = MedianOf(window_);
+  const double typical = Stretch(window_);
   window_.clear();
-  // Compute slower than asked: more CPU; faster: less.
-  const double next = std::clamp(cores_ * std::sqrt(typical / (f * base_ms_)), kMinCores, OnlineCpus());
+  if (typical <= 0) return;
+  // Stretched less than asked: less CPU; more: more.
+  const double next = std::clamp(cores_ * std::sqrt(typical / (f * base_stretch_)), kMinCores, OnlineCpus());
   if (std::abs(next / cores_ - 1.0) < 0.05) return;
   cores_ = next;
   Apply();

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -100,13 +101,25 @@ std::string InChild(const std::function<std::string()>& body) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? std::string(buf) : "";
 }
 
-// One "step": the same CPU work every time, tens of milliseconds as a
-// training step's compute is (a quota acts per period, a few milliseconds).
-double WorkMs() {
+// One "step": `units` of the same CPU work (one is tens of milliseconds,
+// as a training step's compute is; a quota acts per period, a few
+// milliseconds), in wall time and the thread's CPU time.
+struct Work {
+  double wall_ms = 0, cpu_ms = 0;
+};
+double ThreadCpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return 1e3 * static_cast<double>(ts.tv_sec) + 1e-6 * static_cast<double>(ts.tv_nsec);
+}
+Work DoWork(double units = 1.0) {
   const auto t0 = std::chrono::steady_clock::now();
+  const double c0 = ThreadCpuMs();
   volatile uint64_t x = 0;
-  for (int i = 0; i < 100000000; ++i) x = x + i;
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const auto n = static_cast<int64_t>(units * 1e8);
+  for (int64_t i = 0; i < n; ++i) x = x + i;
+  return {std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+          ThreadCpuMs() - c0};
 }
 
 double MedianOf(std::vector<double> v) {
@@ -137,8 +150,9 @@ Straggler SlowedThreeTimes() {
     std::vector<double> healthy, slowed;
     for (int step = 0; step < 26; ++step) {
       if (step == 5) c.Slow(0, 3.0);
-      const double ms = WorkMs();
-      c.OnStep(ms);
+      const Work w = DoWork();
+      const double ms = w.wall_ms;
+      c.OnStep(w.wall_ms, w.cpu_ms);
       if (step >= 1 && step < 5) healthy.push_back(ms);
       if (step >= 16) slowed.push_back(ms);
     }
@@ -183,6 +197,78 @@ TEST(ThrottledCompute, TheQuotaMakesAStepTakeTheSlowdownTimesItsHealthyTime) {
   EXPECT_TRUE(r.Converged()) << "asked for 3x on under a core: " << tries;
 }
 
+// A straggler whose steps do different amounts of work (a drill's batches
+// of variable-length text, bucketed by length: one step 4 times another),
+// slowed from its first step, as a verification run arms a host's fault,
+// and its first steps the short ones. Each kind of step must take about
+// three times its own healthy time: a governor that steered the wall time
+// to three times the first steps' (the short ones') left the long steps,
+// which carry the job's time, unslowed (1x; a drill's wrong fix passed on
+// it), and one that steered them all to one time would slow the short
+// steps far more than 3x.
+struct MixedSteps {
+  double healthy_long = 0, healthy_short = 0, slowed_long = 0, slowed_short = 0;
+  bool quota_ok = false;
+  std::string said;
+  bool Slowed() const {
+    return quota_ok && healthy_long > 0 && healthy_short > 0 && slowed_long > 2.0 * healthy_long &&
+           slowed_long < 4.5 * healthy_long && slowed_short > 1.5 * healthy_short &&
+           slowed_short < 6.0 * healthy_short;
+  }
+};
+
+MixedSteps SlowedMixed() {
+  MixedSteps r;
+  r.said = InChild([] {
+    // The healthy times first, with no governor at all.
+    std::vector<double> hl, hs, sl, ss;
+    for (int i = 0; i < 6; ++i) {
+      hl.push_back(DoWork(1.0).wall_ms);
+      hs.push_back(DoWork(0.25).wall_ms);
+    }
+    ThrottledCompute c("mixed-" + std::to_string(getpid()));
+    c.Slow(0, 3.0);
+    // Four short steps (the governor measures on the first three after
+    // its warm-up step), then long and short ones mixed.
+    for (int step = 0; step < 40; ++step) {
+      const bool is_long = step >= 4 && step % 3 != 0;
+      const Work w = DoWork(is_long ? 1.0 : 0.25);
+      c.OnStep(w.wall_ms, w.cpu_ms);
+      if (step >= 20) (is_long ? sl : ss).push_back(w.wall_ms);
+    }
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%f %f %f %f %d", MedianOf(hl), MedianOf(hs), MedianOf(sl), MedianOf(ss),
+                  c.fallback().empty() ? 1 : 0);
+    return std::string(buf);
+  });
+  int ok = 0;
+  if (std::sscanf(r.said.c_str(), "%lf %lf %lf %lf %d", &r.healthy_long, &r.healthy_short, &r.slowed_long,
+                  &r.slowed_short, &ok) != 5)
+    r.said = "the child said '" + r.said + "'";
+  r.quota_ok = ok == 1;
+  return r;
+}
+
+TEST(ThrottledCompute, StepsOfDifferentWorkEachTakeTheSlowdownTimesTheirHealthyTime) {
+  if (auto q = CpuQuota::Create("probe-" + std::to_string(getpid())); !q.ok())
+    GTEST_SKIP() << "cgroups cannot be written here: " << q.status().message();
+  // Up to three tries, as above (each recorded).
+  MixedSteps r;
+  std::string tries;
+  for (int attempt = 1; attempt <= 3 && !r.Slowed(); ++attempt) {
+    r = SlowedMixed();
+    ASSERT_TRUE(r.quota_ok) << "the quota fell back to sleeping; " << r.said;
+    char line[200];
+    std::snprintf(line, sizeof line, "try %d: long steps %.2fx their healthy time, short ones %.2fx; ", attempt,
+                  r.slowed_long / r.healthy_long, r.slowed_short / r.healthy_short);
+    tries += line;
+    const std::string n = "try" + std::to_string(attempt);
+    RecordProperty(n + "_long_over_healthy", std::to_string(r.slowed_long / r.healthy_long));
+    RecordProperty(n + "_short_over_healthy", std::to_string(r.slowed_short / r.healthy_short));
+  }
+  EXPECT_TRUE(r.Slowed()) << "asked for 3x: " << tries;
+}
+
 // A flapping straggler (faults/runner.h): slowed, recovered, slowed again.
 // While recovered its steps are healthy again; slowed again, the quota
 // resumes where it was instead of measuring from scratch.
@@ -208,8 +294,9 @@ Flapping FlapOnce() {
     for (int step = 0; step < 48; ++step) {
       if (step == 9 || step == 34) c.Slow(0, 3.0);
       if (step == 26) c.Restore(0);
-      const double ms = WorkMs();
-      c.OnStep(ms);
+      const Work w = DoWork();
+      const double ms = w.wall_ms;
+      c.OnStep(w.wall_ms, w.cpu_ms);
       if (step >= 1 && step < 9) healthy.push_back(ms);
       if (step >= 18 && step < 26) on1.push_back(ms);
       if (step >= 27 && step < 34) off.push_back(ms);
@@ -275,8 +362,9 @@ TwoSlowdowns SlowedTwice() {
       if (step == 9) c.Slow(0, 2.0);
       if (step == 25) c.Slow(1, 2.0);
       if (step == 41) c.Restore(0);
-      const double ms = WorkMs();
-      c.OnStep(ms);
+      const Work w = DoWork();
+      const double ms = w.wall_ms;
+      c.OnStep(w.wall_ms, w.cpu_ms);
       if (step >= 1 && step < 9) healthy.push_back(ms);
       if (step >= 20 && step < 25) one.push_back(ms);
       if (step >= 36 && step < 41) both.push_back(ms);
@@ -389,7 +477,7 @@ TEST(CpuQuota, AThreadReadsTheLimitAndCountersOfItsOwnCgroup) {
     reader.join();
     if (!joined.ok()) return joined.message();
     auto start = ReadThreadCpuLimit();  // the new cgroup's counters, before any work
-    WorkMs();
+    DoWork();
     auto after = ReadThreadCpuLimit();
     if (!start.ok()) return std::string("read failed");
     if (!after.ok() || !other.ok()) return std::string("read failed");

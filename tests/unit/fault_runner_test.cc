@@ -154,7 +154,7 @@ TEST(ThrottledCompute, WithoutAProcessOfItsOwnTheSlowdownIsSleptOut) {
   c.Slow(1, 2.0);
   EXPECT_DOUBLE_EQ(c.sleep_factor(), 6.0) << "factors multiply";
   EXPECT_FALSE(c.fallback().empty());
-  for (int i = 0; i < 5; ++i) c.OnStep(10.0);  // no quota to steer
+  for (int i = 0; i < 5; ++i) c.OnStep(10.0, 10.0);  // no quota to steer
   EXPECT_DOUBLE_EQ(c.limit_cores(), 0.0);
   c.Restore(0);
   c.Restore(1);
