@@ -49,6 +49,7 @@ def main():
     a = ap.parse_args()
 
     torch.set_num_threads(1)
+    torch.set_flush_denormal(True)  # as firedrill's trainer (agent/trainer.cc)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
 
