@@ -354,6 +354,77 @@ std::string MetricsEvidence(const v1::MetricsResponse& m) {
          " steps.";
 }
 
+CurveFinding ReasonCurves(const v1::MetricsResponse& main, const v1::MetricsResponse& baseline,
+                          const v1::JobSpec& job) {
+  CurveFinding out;
+  const SeriesPoints a = JobSeries(main, "loss"), b = JobSeries(baseline, "loss");
+  // The steps both runs hold (either may be thinned), after the first ten:
+  // both start from the same weights, so the first steps say little.
+  std::vector<double> mine, theirs;
+  for (size_t i = 0, j = 0; i < a.steps.size() && j < b.steps.size();) {
+    if (a.steps[i] < b.steps[j]) ++i;
+    else if (b.steps[j] < a.steps[i]) ++j;
+    else {
+      if (a.steps[i] >= 10) {
+        mine.push_back(a.values[i]);
+        theirs.push_back(b.values[j]);
+      }
+      ++i, ++j;
+    }
+  }
+  if (mine.size() < 30) return out;
+  double m = 0, t = 0;
+  for (size_t k = 0; k < mine.size(); ++k) m += mine[k] / mine.size(), t += theirs[k] / theirs.size();
+  if (!(t > 0) || !std::isfinite(t)) return out;  // nothing healthy to hold it to
+  // Where the main run's loss peaked early, against where it started.
+  size_t peak = 0;
+  for (size_t k = 0; k < a.steps.size() && a.steps[k] < 50; ++k)
+    if (!std::isfinite(a.values[k]) || a.values[k] > a.values[peak]) peak = k;
+  const bool finite = std::isfinite(m);
+  out.diverged = !finite || m >= 1.5 * t;
+  if (!out.diverged) return out;
+  out.evidence = "The main run's loss over the " + std::to_string(mine.size()) + " steps from 10 that the healthy baseline "
+                 "also ran averages " + (finite ? Sig(m) : std::string("inf/NaN")) + " against the baseline's " + Sig(t) +
+                 (finite ? " (" + Num(m / t, 2) + "x)" : std::string()) + ", on the same seed, data and initial weights; "
+                 "it starts at " + Sig(a.values.front()) + " and peaks at " + Sig(a.values[peak]) + " at step " +
+                 std::to_string(a.steps[peak]) + ".";
+  const SeriesPoints lr = JobSeries(main, "lr");
+  const double base_lr = job.optim().lr();
+  const double trained = lr.values.empty() ? 0 : lr.values.back();
+  if (!(base_lr > 0) || !(trained > 0)) return out;
+  const double mult = trained / base_lr;
+  out.evidence += " The job trains at a learning rate of " + Sig(trained) + ", " + Num(mult, 1) + "x optim.lr (" +
+                  Sig(base_lr) + ")";
+  const auto& o = job.optim();
+  const bool adam = o.kind() == "adamw";
+  if (o.lr_scaling() != "linear" || mult < 4) {
+    out.evidence += ".";
+    return out;
+  }
+  const int ref = o.reference_global_batch();
+  out.evidence += ": optim.lr_scaling = linear from optim.reference_global_batch = " + std::to_string(ref) + ", " +
+                  Num(mult, 0) + " times the batch optim.lr was tuned at";
+  AutopilotFinding& f = out.finding;
+  if (!adam && o.warmup_steps() >= 100) {
+    out.evidence += ", with a warm-up of " + std::to_string(o.warmup_steps()) + " steps.";
+    return out;  // the rule SGD is meant to have, with its warm-up: not this
+  }
+  f.found = true;
+  f.cause = "lr-divergence";
+  if (adam) {
+    f.evidence = out.evidence + ". The linear rule is SGD's; an AdamW update is about the learning rate in size "
+                 "whatever the gradient's scale, and the rule that keeps its dynamics as the batch grows is the "
+                 "square root (" + Num(std::sqrt(mult), 1) + "x here).";
+    Set(&f.fix, "optim.lr_scaling", "sqrt");
+  } else {
+    // SGD: the linear rule, with the warm-up it needs (Goyal et al.).
+    f.evidence = out.evidence + ", with " + std::to_string(o.warmup_steps()) + " warm-up steps: the linear rule "
+                 "needs a warm-up from a small learning rate while the early gradients change fast.";
+    Set(&f.fix, "optim.warmup_steps", "100");
+  }
+  return out;
+}
+
 int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
   std::ostream& out = *ctx.out;
   DrillClient client(ctx.controller);
@@ -390,6 +461,28 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     return true;
   };
   bool healthy = false;
+  // Fast and even is not the same as learning: once the main run has run
+  // the baseline's steps, its loss beside the baseline's over them (same
+  // seed, data and initial weights). A loss far off the baseline's is
+  // measured over hundreds of steps, not one window: it needs no three
+  // looks, and it is asked before any throughput finding is acted on, as an
+  // engineer asks whether the job learns before asking whether it is fast.
+  v1::GetMetricsRequest mr;
+  mr.set_session_id(id);
+  mr.set_run("baseline");
+  auto base_curves = client.GetMetrics(mr);
+  int64_t baseline_steps = 0;
+  if (base_curves.ok())
+    for (const auto& r : base_curves->ranks())
+      if (!r.rows().empty()) baseline_steps = std::max<int64_t>(baseline_steps, r.rows().rbegin()->step() + 1);
+  CurveFinding curves;
+  bool curves_checked = baseline_steps == 0;  // nothing to compare with
+  auto check_curves = [&] {
+    curves_checked = true;
+    mr.set_run("main");
+    mr.set_to_step(baseline_steps);
+    if (auto main = client.GetMetrics(mr); main.ok()) curves = ReasonCurves(*main, *base_curves, st->job());
+  };
   // Agreement needs three looks and two whole status windows of new steps
   // since the findings first showed (a fault that starts late, or a slow
   // job, has not shown everything in the first window).
@@ -412,6 +505,8 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     // to call it hung, a look at an unchanged window is no new evidence.
     newest = -1;
     for (const auto& r : st->ranks()) newest = std::max<int64_t>(newest, r.step());
+    if (!curves_checked && newest >= baseline_steps) check_curves();
+    if (curves.finding.found) break;
     const bool moved = newest != last_newest;
     last_newest = newest;
     std::vector<AutopilotFinding> now;
@@ -442,7 +537,26 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     *ctx.err << "error: " << st.status().message() << "\n";
     return 1;
   }
-  if (!settled() && !healthy) {
+  if (!curves_checked && st.ok() && newest >= baseline_steps) check_curves();
+  if (curves.finding.found) {
+    // What else settled stays (two faults at once), except an interconnect
+    // suspicion that no host explains yet: on shared cores a comm-bound
+    // job's window swings, and a loss 2x its baseline's is this job's
+    // problem whatever its speed.
+    std::vector<AutopilotFinding> kept;
+    if (settled())
+      for (const auto& f : findings)
+        if (!f.needs_probes) kept.push_back(f);
+    kept.push_back(curves.finding);
+    findings = kept;
+    healthy = false;
+  } else if (curves.diverged && healthy) {
+    out << "\nevidence: " << curves.evidence
+        << "\nautopilot: the loss is off the healthy baseline's and nothing in the settings explains it; "
+           "ending the session\n";
+    (void)client.EndSession(id, std::chrono::seconds(60));
+    return 1;
+  } else if (!settled() && !healthy) {
     out << "autopilot: no consistent finding in the telemetry; ending the session\n";
     (void)client.EndSession(id, std::chrono::seconds(60));
     return 1;

@@ -53,6 +53,21 @@ std::string TraceEvidence(const v1::TraceResponse& trace);
 // What the loss and gradient-norm curves of a run show, in words.
 std::string MetricsEvidence(const v1::MetricsResponse& m);
 
+// A job that steps as fast as its baseline and as evenly may still not be
+// learning as it did: the main run's loss curve beside the healthy
+// baseline's over the steps both ran (same seed, data and initial weights).
+// `diverged` is set when the main run's loss is well above the baseline's
+// (or not finite); the finding says why when the job's learning-rate
+// settings explain it (the rate it trains at, from the main run's lr
+// series, against optim.lr and the scaling rule in `job`).
+struct CurveFinding {
+  bool diverged = false;
+  AutopilotFinding finding;  // found only when the settings explain the gap
+  std::string evidence;      // the curves in numbers, whether or not explained
+};
+CurveFinding ReasonCurves(const v1::MetricsResponse& main, const v1::MetricsResponse& baseline,
+                          const v1::JobSpec& job);
+
 int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed);
 
 }  // namespace firedrill::cli

@@ -54,6 +54,7 @@ const std::vector<Case> kCases = {
     {"monday-changes", 83, {"padding-waste", "straggler"}},
     // Batch size and precision.
     {"mixed-precision-rollout", 91, {"fp16-overflow"}},
+    {"platform-launcher", 93, {"lr-divergence"}},
 };
 
 class ScenarioTest : public ControllerTest {
@@ -152,6 +153,14 @@ TEST_F(ScenarioTest, AStaticScaleQuarteredStillOverflows) {
   // (numerics class); a static scale a quarter as big still overflows fp16
   // on every step.
   ExpectWrongFixFails(c(), "mixed-precision-rollout", 92, "lr-divergence", "loss_scale.init_scale", "4194304");
+}
+
+TEST_F(ScenarioTest, AWarmUpAloneDoesNotFixTheLinearRuleOnAdam) {
+  // The loss jumps in the first steps, so an overflow looks plausible
+  // (numerics class); a warm-up takes the jump away, but the rate it ramps
+  // to is still 32 times optim.lr and the loss stays far above the
+  // healthy job's.
+  ExpectWrongFixFails(c(), "platform-launcher", 94, "fp16-overflow", "optim.warmup_steps", "100");
 }
 
 // All text a learner can read before diagnosing, with the scenario ids cut

@@ -107,6 +107,39 @@ TEST(ConfigFaults, Fp16OverflowDeploysFp16WithAStaticScaleAndNothingElse) {
   EXPECT_EQ(job.DebugString(), want.DebugString());
 }
 
+TEST(ConfigFaults, LrScalingSetsTheRuleTheReferenceAndTheWarmUpAndNothingElse) {
+  const FaultKind* k = FindFaultKind("lr_scaling");
+  ASSERT_NE(k, nullptr);
+  v1::FaultSpec f = Spec("lr_scaling");
+  f.mutable_lr_scaling()->set_rule("cubic");
+  EXPECT_NE(k->validate(f).message().find("params.rule"), std::string::npos) << k->validate(f).message();
+  f.mutable_lr_scaling()->set_rule("linear");
+  EXPECT_NE(k->validate(f).message().find("params.reference_global_batch"), std::string::npos)
+      << "a rule needs the batch the learning rate was tuned at";
+  f.mutable_lr_scaling()->set_reference_global_batch(8);
+  f.mutable_lr_scaling()->set_warmup_steps(-1);
+  EXPECT_NE(k->validate(f).message().find("params.warmup_steps"), std::string::npos);
+  f.mutable_lr_scaling()->set_warmup_steps(0);
+  EXPECT_TRUE(k->validate(f).ok()) << k->validate(f).message();
+
+  v1::ResolvedFault rf;
+  rf.set_kind("lr_scaling");
+  *rf.mutable_lr_scaling() = f.lr_scaling();
+  v1::JobSpec job;
+  job.set_world_size(4);
+  job.mutable_optim()->set_kind("adamw");
+  job.mutable_optim()->set_lr(0.001);
+  job.mutable_optim()->set_lr_scaling("sqrt");
+  job.mutable_optim()->set_reference_global_batch(16);
+  job.mutable_optim()->set_warmup_steps(20);
+  v1::JobSpec want = job;
+  ApplyFaultsToJob({rf}, &job);
+  want.mutable_optim()->set_lr_scaling("linear");
+  want.mutable_optim()->set_reference_global_batch(8);
+  want.mutable_optim()->set_warmup_steps(0);
+  EXPECT_EQ(job.DebugString(), want.DebugString());
+}
+
 TEST(ConfigFaults, AllRanksTargetReachesEveryRankOnEveryHost) {
   v1::Scenario s;
   s.mutable_job()->set_world_size(3);
