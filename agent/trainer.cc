@@ -419,8 +419,11 @@ Status Trainer::Run(const std::atomic<bool>& stop,
     // after about 750 steps, and measured here that made every step 1.5x
     // slower from then on (platform-launcher's job: 6 ms, then 9 ms; 6 ms
     // throughout with the flush): a slowdown no GPU job has, which a
-    // learner would chase as a fault.
-    at::globalContext().setFlushDenormal(true);
+    // learner would chase as a fault. The flag is this thread's only:
+    // intra-op worker threads (threads_per_rank > 1) keep denormals; every
+    // shipped drill trains on one thread.
+    if (!at::globalContext().setFlushDenormal(true))
+      spdlog::warn("{}: this CPU cannot flush denormals; steps may slow down as optimiser state decays", who);
     // Faults that act from the first step are in place before the group is
     // built: Gloo's device is made from the environment as it is then.
     if (Status st = m.faults->At(step, m.seams); !st.ok()) return BeforeStep(step, WithPrefix(who + ": ", st));

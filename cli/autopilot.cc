@@ -376,45 +376,58 @@ CurveFinding ReasonCurves(const v1::MetricsResponse& main, const v1::MetricsResp
   double m = 0, t = 0;
   for (size_t k = 0; k < mine.size(); ++k) m += mine[k] / mine.size(), t += theirs[k] / theirs.size();
   if (!(t > 0) || !std::isfinite(t)) return out;  // nothing healthy to hold it to
-  // Where the main run's loss peaked early, against where it started.
+  // Where the main run's loss peaked early (or first stopped being a
+  // number), against where it started.
   size_t peak = 0;
-  for (size_t k = 0; k < a.steps.size() && a.steps[k] < 50; ++k)
-    if (!std::isfinite(a.values[k]) || a.values[k] > a.values[peak]) peak = k;
+  for (size_t k = 0; k < a.steps.size() && a.steps[k] < 50; ++k) {
+    if (!std::isfinite(a.values[k])) {
+      peak = k;
+      break;
+    }
+    if (a.values[k] > a.values[peak]) peak = k;
+  }
   const bool finite = std::isfinite(m);
   out.diverged = !finite || m >= 1.5 * t;
   if (!out.diverged) return out;
-  out.evidence = "The main run's loss over the " + std::to_string(mine.size()) + " steps from 10 that the healthy baseline "
-                 "also ran averages " + (finite ? Sig(m) : std::string("inf/NaN")) + " against the baseline's " + Sig(t) +
-                 (finite ? " (" + Num(m / t, 2) + "x)" : std::string()) + ", on the same seed, data and initial weights; "
-                 "it starts at " + Sig(a.values.front()) + " and peaks at " + Sig(a.values[peak]) + " at step " +
+  out.evidence = "The main run's loss over the " + std::to_string(mine.size()) +
+                 " steps from 10 that the healthy baseline also ran averages " +
+                 (finite ? Sig(m) : std::string("inf/NaN")) + " against the baseline's " + Sig(t) +
+                 (finite ? " (" + Num(m / t, 2) + "x)" : std::string()) +
+                 ", on the same seed, data and initial weights; it starts at " + Sig(a.values.front()) +
+                 (std::isfinite(a.values[peak]) ? " and peaks at " + Sig(a.values[peak]) + " at step "
+                                                : " and is not a number from step ") +
                  std::to_string(a.steps[peak]) + ".";
   const SeriesPoints lr = JobSeries(main, "lr");
-  const double base_lr = job.optim().lr();
-  const double trained = lr.values.empty() ? 0 : lr.values.back();
-  if (!(base_lr > 0) || !(trained > 0)) return out;
-  const double mult = trained / base_lr;
-  out.evidence += " The job trains at a learning rate of " + Sig(trained) + ", " + Num(mult, 1) + "x optim.lr (" +
-                  Sig(base_lr) + ")";
   const auto& o = job.optim();
-  const bool adam = o.kind() == "adamw";
-  if (o.lr_scaling() != "linear" || mult < 4) {
+  const double trained = lr.values.empty() ? 0 : lr.values.back();
+  if (!(o.lr() > 0) || !(trained > 0)) return out;
+  out.evidence += " The job trains at a learning rate of " + Sig(trained) + ", " + Num(trained / o.lr(), 1) +
+                  "x optim.lr (" + Sig(o.lr()) + ")";
+  // The batch the rule scales by: the global batch over the one optim.lr
+  // was tuned at (whatever the warm-up has reached so far).
+  const int64_t global = static_cast<int64_t>(job.world_size()) * job.data().batch_size() *
+                         std::max(1, job.grad_accum_steps());
+  const int ref = o.reference_global_batch();
+  const double k = ref > 0 ? static_cast<double>(global) / ref : 0;
+  if (o.lr_scaling() != "linear" || k < 4) {
     out.evidence += ".";
     return out;
   }
-  const int ref = o.reference_global_batch();
-  out.evidence += ": optim.lr_scaling = linear from optim.reference_global_batch = " + std::to_string(ref) + ", " +
-                  Num(mult, 0) + " times the batch optim.lr was tuned at";
-  AutopilotFinding& f = out.finding;
+  out.evidence += ": optim.lr_scaling = linear, from optim.reference_global_batch = " + std::to_string(ref) +
+                  " to a global batch of " + std::to_string(global) + ", " + Num(k, 0) + " times as big";
+  const bool adam = o.kind() == "adamw";
   if (!adam && o.warmup_steps() >= 100) {
+    // The rule SGD is meant to have, with the warm-up it needs: not this.
     out.evidence += ", with a warm-up of " + std::to_string(o.warmup_steps()) + " steps.";
-    return out;  // the rule SGD is meant to have, with its warm-up: not this
+    return out;
   }
+  AutopilotFinding& f = out.finding;
   f.found = true;
   f.cause = "lr-divergence";
   if (adam) {
     f.evidence = out.evidence + ". The linear rule is SGD's; an AdamW update is about the learning rate in size "
                  "whatever the gradient's scale, and the rule that keeps its dynamics as the batch grows is the "
-                 "square root (" + Num(std::sqrt(mult), 1) + "x here).";
+                 "square root (" + Num(std::sqrt(k), 1) + "x here).";
     Set(&f.fix, "optim.lr_scaling", "sqrt");
   } else {
     // SGD: the linear rule, with the warm-up it needs (Goyal et al.).
@@ -467,29 +480,35 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
   // measured over hundreds of steps, not one window: it needs no three
   // looks, and it is asked before any throughput finding is acted on, as an
   // engineer asks whether the job learns before asking whether it is fast.
-  v1::GetMetricsRequest mr;
-  mr.set_session_id(id);
-  mr.set_run("baseline");
-  auto base_curves = client.GetMetrics(mr);
+  v1::GetMetricsRequest curves_req;
+  curves_req.set_session_id(id);
+  curves_req.set_run("baseline");
+  auto base_curves = client.GetMetrics(curves_req);
   int64_t baseline_steps = 0;
   if (base_curves.ok())
     for (const auto& r : base_curves->ranks())
       if (!r.rows().empty()) baseline_steps = std::max<int64_t>(baseline_steps, r.rows().rbegin()->step() + 1);
   CurveFinding curves;
-  bool curves_checked = baseline_steps == 0;  // nothing to compare with
-  auto check_curves = [&] {
+  bool curves_checked = !base_curves.ok() || baseline_steps == 0;  // nothing to compare with
+  auto check_curves = [&](const v1::JobSpec& job) {
+    curves_req.set_run("main");
+    curves_req.set_to_step(baseline_steps);
+    auto main = client.GetMetrics(curves_req);
+    if (!main.ok()) return;  // asked again at the next look
     curves_checked = true;
-    mr.set_run("main");
-    mr.set_to_step(baseline_steps);
-    if (auto main = client.GetMetrics(mr); main.ok()) curves = ReasonCurves(*main, *base_curves, st->job());
+    curves = ReasonCurves(*main, *base_curves, job);
   };
+  // Once the curves have found something, a few more looks (8 s) let a
+  // second fault beside it settle.
+  std::chrono::steady_clock::time_point curves_grace{};
   // Agreement needs three looks and two whole status windows of new steps
   // since the findings first showed (a fault that starts late, or a slow
   // job, has not shown everything in the first window).
   int64_t newest = -1;
   bool stepping = true;  // a hung or failed job has no new windows to wait for
   auto settled = [&] { return agree >= 3 && (!stepping || newest - agree_from >= 40); };
-  while (std::chrono::steady_clock::now() < deadline && !settled() && !healthy) {
+  auto graced = [&] { return curves.finding.found && std::chrono::steady_clock::now() >= curves_grace; };
+  while (std::chrono::steady_clock::now() < deadline && !settled() && !healthy && !graced()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(700));
     st = client.GetStatus(id);
     if (!st.ok()) break;
@@ -505,8 +524,10 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     // to call it hung, a look at an unchanged window is no new evidence.
     newest = -1;
     for (const auto& r : st->ranks()) newest = std::max<int64_t>(newest, r.step());
-    if (!curves_checked && newest >= baseline_steps) check_curves();
-    if (curves.finding.found) break;
+    if (!curves_checked && newest >= baseline_steps) {
+      check_curves(st->job());
+      if (curves.finding.found) curves_grace = std::chrono::steady_clock::now() + std::chrono::seconds(8);
+    }
     const bool moved = newest != last_newest;
     last_newest = newest;
     std::vector<AutopilotFinding> now;
@@ -537,12 +558,30 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     *ctx.err << "error: " << st.status().message() << "\n";
     return 1;
   }
-  if (!curves_checked && st.ok() && newest >= baseline_steps) check_curves();
+  // A finding that settled before the main run reached the baseline's
+  // length: let it run there first (a stepping job; at most 60 s), so the
+  // curves are asked before anything is acted on.
+  for (const auto wait_until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+       !curves_checked && stepping && st.ok() && st->session().state() == "running" &&
+       std::chrono::steady_clock::now() < wait_until;) {
+    int64_t at = -1;
+    for (const auto& r : st->ranks()) at = std::max<int64_t>(at, r.step());
+    if (at >= baseline_steps) {
+      check_curves(st->job());
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    st = client.GetStatus(id);
+  }
+  if (!st.ok()) {
+    *ctx.err << "error: " << st.status().message() << "\n";
+    return 1;
+  }
   if (curves.finding.found) {
     // What else settled stays (two faults at once), except an interconnect
     // suspicion that no host explains yet: on shared cores a comm-bound
-    // job's window swings, and a loss 2x its baseline's is this job's
-    // problem whatever its speed.
+    // job's window swings, and a loss 1.5x or more its baseline's is this
+    // job's problem whatever its speed.
     std::vector<AutopilotFinding> kept;
     if (settled())
       for (const auto& f : findings)

@@ -4,7 +4,7 @@
 #include "faults/comm_misconfig.h"
 #include "faults/dataloader_starvation.h"
 #include "faults/fp16_overflow.h"
-#include "faults/lr_scaling.h"
+#include "faults/lr_rule.h"
 #include "faults/padding_waste.h"
 #include "faults/silent_divergence.h"
 #include "faults/slow_link.h"
@@ -33,8 +33,8 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
        nullptr, ApplyCollectiveDesync},
       {"fp16_overflow", Scope::kRank, ValidateFp16Overflow,
        nullptr, ApplyFp16Overflow},
-      {"lr_scaling", Scope::kRank, ValidateLrScaling,
-       nullptr, ApplyLrScaling},
+      {"lr_rule", Scope::kRank, ValidateLrRule,
+       nullptr, ApplyLrRule},
       {"comm_misconfig", Scope::kHost, ValidateCommMisconfig,
        [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
          return std::make_unique<CommMisconfig>(id, f.comm_misconfig().socket_ifname());

@@ -102,8 +102,28 @@ TEST(Autopilot, ALossFarAboveTheBaselinesAtALinearlyScaledAdamRateIsTheScalingRu
   EXPECT_NE(c.finding.evidence.find("peaks at 12 at step"), std::string::npos) << c.finding.evidence;
   // The main run thinned (every 4th step) and longer: the common steps count.
   EXPECT_TRUE(ReasonCurves(Curve(2000, 0.032, Spiked, 4), base, Adam("linear", 8)).finding.found);
-  // Non-finite losses are divergence too.
-  EXPECT_TRUE(ReasonCurves(Curve(300, 0.032, Exploded), base, Adam("linear", 8)).finding.found);
+  // Non-finite losses are divergence too, said from the step they start.
+  const auto nan = ReasonCurves(Curve(300, 0.032, Exploded), base, Adam("linear", 8));
+  EXPECT_TRUE(nan.finding.found);
+  EXPECT_NE(nan.evidence.find("is not a number from step 5"), std::string::npos) << nan.evidence;
+}
+
+TEST(Autopilot, SgdOnTheLinearRuleGetsTheWarmUpItNeedsAndNoMore) {
+  const auto base = Curve(300, 0, Learning);
+  v1::JobSpec sgd = Adam("linear", 64);  // 4 x 64 = 256: 4 times the reference
+  sgd.mutable_optim()->set_kind("sgd");
+  const auto c = ReasonCurves(Curve(300, 0.4, Spiked), base, sgd);
+  ASSERT_TRUE(c.finding.found) << c.evidence;
+  ASSERT_EQ(c.finding.fix.settings_size(), 1);
+  EXPECT_EQ(c.finding.fix.settings(0).key(), "optim.warmup_steps");
+  // With the warm-up already there, the rule is as Goyal et al. meant it:
+  // something else is wrong, and no cause is claimed.
+  sgd.mutable_optim()->set_warmup_steps(100);
+  const auto warmed = ReasonCurves(Curve(300, 0.4, Spiked), base, sgd);
+  EXPECT_TRUE(warmed.diverged);
+  EXPECT_FALSE(warmed.finding.found);
+  // A batch twice the reference does not explain a loss this far off.
+  EXPECT_FALSE(ReasonCurves(Curve(300, 0.002, Spiked), base, Adam("linear", 128)).finding.found);
 }
 
 TEST(Autopilot, TheSameCurveAsTheBaselineIsNoFindingAndAnUnexplainedGapIsNoGuess) {

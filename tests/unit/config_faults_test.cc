@@ -107,24 +107,24 @@ TEST(ConfigFaults, Fp16OverflowDeploysFp16WithAStaticScaleAndNothingElse) {
   EXPECT_EQ(job.DebugString(), want.DebugString());
 }
 
-TEST(ConfigFaults, LrScalingSetsTheRuleTheReferenceAndTheWarmUpAndNothingElse) {
-  const FaultKind* k = FindFaultKind("lr_scaling");
+TEST(ConfigFaults, LrRuleSetsTheRuleTheReferenceAndTheWarmUpAndNothingElse) {
+  const FaultKind* k = FindFaultKind("lr_rule");
   ASSERT_NE(k, nullptr);
-  v1::FaultSpec f = Spec("lr_scaling");
-  f.mutable_lr_scaling()->set_rule("cubic");
+  v1::FaultSpec f = Spec("lr_rule");
+  f.mutable_lr_rule()->set_rule("cubic");
   EXPECT_NE(k->validate(f).message().find("params.rule"), std::string::npos) << k->validate(f).message();
-  f.mutable_lr_scaling()->set_rule("linear");
+  f.mutable_lr_rule()->set_rule("linear");
   EXPECT_NE(k->validate(f).message().find("params.reference_global_batch"), std::string::npos)
       << "a rule needs the batch the learning rate was tuned at";
-  f.mutable_lr_scaling()->set_reference_global_batch(8);
-  f.mutable_lr_scaling()->set_warmup_steps(-1);
+  f.mutable_lr_rule()->set_reference_global_batch(8);
+  f.mutable_lr_rule()->set_warmup_steps(-1);
   EXPECT_NE(k->validate(f).message().find("params.warmup_steps"), std::string::npos);
-  f.mutable_lr_scaling()->set_warmup_steps(0);
+  f.mutable_lr_rule()->set_warmup_steps(0);
   EXPECT_TRUE(k->validate(f).ok()) << k->validate(f).message();
 
   v1::ResolvedFault rf;
-  rf.set_kind("lr_scaling");
-  *rf.mutable_lr_scaling() = f.lr_scaling();
+  rf.set_kind("lr_rule");
+  *rf.mutable_lr_rule() = f.lr_rule();
   v1::JobSpec job;
   job.set_world_size(4);
   job.mutable_optim()->set_kind("adamw");

@@ -1,11 +1,11 @@
-#include "faults/lr_scaling.h"
+#include "faults/lr_rule.h"
 
 #include <string>
 
 namespace firedrill::faults {
 
-Status ValidateLrScaling(const v1::FaultSpec& spec) {
-  const auto& p = spec.lr_scaling();
+Status ValidateLrRule(const v1::FaultSpec& spec) {
+  const auto& p = spec.lr_rule();
   if (p.rule() != "linear" && p.rule() != "sqrt")
     return InvalidArgument("params.rule must be \"linear\" or \"sqrt\" (the scaling rule the deploy applies), got \"" +
                            p.rule() + "\"");
@@ -17,8 +17,8 @@ Status ValidateLrScaling(const v1::FaultSpec& spec) {
   return Status::Ok();
 }
 
-void ApplyLrScaling(const v1::ResolvedFault& fault, v1::JobSpec* job) {
-  const auto& p = fault.lr_scaling();
+void ApplyLrRule(const v1::ResolvedFault& fault, v1::JobSpec* job) {
+  const auto& p = fault.lr_rule();
   v1::OptimSpec* o = job->mutable_optim();
   o->set_lr_scaling(p.rule());
   o->set_reference_global_batch(p.reference_global_batch());

@@ -1,4 +1,4 @@
-// lr_scaling: a launcher's learning-rate policy. The deploy derives the
+// lr_rule: a launcher's learning-rate policy. The deploy derives the
 // job's learning rate from the global batch its optim.lr was tuned at
 // (`reference_global_batch`) by `rule`, and sets the warm-up to
 // `warmup_steps`. Goyal et al.'s linear rule holds for SGD up to a critical
@@ -18,7 +18,7 @@
 
 namespace firedrill::faults {
 
-Status ValidateLrScaling(const v1::FaultSpec& spec);
-void ApplyLrScaling(const v1::ResolvedFault& fault, v1::JobSpec* job);
+Status ValidateLrRule(const v1::FaultSpec& spec);
+void ApplyLrRule(const v1::ResolvedFault& fault, v1::JobSpec* job);
 
 }  // namespace firedrill::faults
