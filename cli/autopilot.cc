@@ -40,6 +40,13 @@ void Set(v1::ApplyFixRequest* fix, const std::string& key, const std::string& va
   s->set_value(value);
 }
 
+// The newest step any rank reported; -1 before the first.
+int64_t NewestStep(const v1::SessionStatus& st) {
+  int64_t newest = -1;
+  for (const auto& r : st.ranks()) newest = std::max<int64_t>(newest, r.step());
+  return newest;
+}
+
 }  // namespace
 
 AutopilotFinding Reason(const v1::SessionStatus& st) {
@@ -403,10 +410,10 @@ CurveFinding ReasonCurves(const v1::MetricsResponse& main, const v1::MetricsResp
   if (!(o.lr() > 0) || !(trained > 0)) return out;
   out.evidence += " The job trains at a learning rate of " + Sig(trained) + ", " + Num(trained / o.lr(), 1) +
                   "x optim.lr (" + Sig(o.lr()) + ")";
-  // The batch the rule scales by: the global batch over the one optim.lr
-  // was tuned at (whatever the warm-up has reached so far).
-  const int64_t global = static_cast<int64_t>(job.world_size()) * job.data().batch_size() *
-                         std::max(1, job.grad_accum_steps());
+  // The batch the rule scales by: the global batch the trainer reports
+  // (micro-batches and ranks included) over the one optim.lr was tuned at.
+  const SeriesPoints gb = JobSeries(main, "global_batch");
+  const int64_t global = gb.values.empty() ? 0 : static_cast<int64_t>(gb.values.back());
   const int ref = o.reference_global_batch();
   const double k = ref > 0 ? static_cast<double>(global) / ref : 0;
   if (o.lr_scaling() != "linear" || k < 4) {
@@ -522,8 +529,7 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     // A job that stopped moving first: its last window's phase times are
     // stale and say nothing about why. Until it has been still long enough
     // to call it hung, a look at an unchanged window is no new evidence.
-    newest = -1;
-    for (const auto& r : st->ranks()) newest = std::max<int64_t>(newest, r.step());
+    newest = NewestStep(*st);
     if (!curves_checked && newest >= baseline_steps) {
       check_curves(st->job());
       if (curves.finding.found) curves_grace = std::chrono::steady_clock::now() + std::chrono::seconds(8);
@@ -564,9 +570,7 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
   for (const auto wait_until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
        !curves_checked && stepping && st.ok() && st->session().state() == "running" &&
        std::chrono::steady_clock::now() < wait_until;) {
-    int64_t at = -1;
-    for (const auto& r : st->ranks()) at = std::max<int64_t>(at, r.step());
-    if (at >= baseline_steps) {
+    if (NewestStep(*st) >= baseline_steps) {
       check_curves(st->job());
       break;
     }

@@ -70,6 +70,7 @@ v1::MetricsResponse Curve(int steps, double lr, double (*loss)(int), int stride 
       row->set_step(s);
       row->set_loss(loss(s));
       row->set_lr(lr);
+      row->set_global_batch(256);  // 4 ranks x 64, as Adam() below
     }
   }
   return m;
