@@ -48,6 +48,8 @@ Status ValidateOptimSpec(const v1::OptimSpec& o) {
     return InvalidArgument("optim.lr_scaling must be \"none\", \"linear\" or \"sqrt\", got \"" + s + "\"");
   }
   if (o.reference_global_batch() < 0) return InvalidArgument("optim.reference_global_batch must be >= 0");
+  if (const auto& a = o.accumulation_loss(); !a.empty() && a != "mean" && a != "sum")
+    return InvalidArgument("optim.accumulation_loss must be \"mean\" or \"sum\", got \"" + a + "\"");
   if ((s == "linear" || s == "sqrt") && o.reference_global_batch() == 0) {
     return InvalidArgument("optim.lr_scaling \"" + s +
                            "\" needs optim.reference_global_batch (the global batch optim.lr was tuned for)");

@@ -84,6 +84,49 @@ double MsSince(Clock::time_point t0, Clock::time_point t1) {
   return std::chrono::duration<double, std::milli>(t1 - t0).count();
 }
 
+// A step's gradient all-reduces, over every synchronising backward.
+struct CommTally {
+  double exposed_ms = 0;  // waiting for them after backward returned
+  double total_ms = 0;    // start -> completion, summed
+  int count = 0;
+  int64_t bytes = 0;
+};
+
+// Adds one Finish()'s all-reduces to `tally` and, with a report, their
+// slices of the step's timeline: the wait, then each bucket's all-reduce
+// from when it was handed over or the one before it finished, whichever is
+// later (the backend runs them one at a time, in launch order; the rest is
+// queueing). `micro` is the micro-batch they followed (-1: the step's last).
+void AddAllReduces(const ReduceStats& rs, Clock::time_point t_step, int micro, v1::StepReport* report,
+                   CommTally* tally) {
+  tally->exposed_ms += rs.exposed_ms;
+  tally->total_ms += rs.total_ms;
+  tally->count += rs.buckets;
+  tally->bytes += rs.bytes;
+  if (report == nullptr) return;
+  const auto wait_end = rs.wait_start + std::chrono::duration_cast<Clock::duration>(
+                                            std::chrono::duration<double, std::milli>(rs.exposed_ms));
+  v1::Span* w = report->add_spans();
+  w->set_name("allreduce wait");
+  w->set_start_ms(MsSince(t_step, rs.wait_start));
+  w->set_dur_ms(MsSince(rs.wait_start, wait_end));
+  w->set_micro(micro);
+  Clock::time_point prev_done{};
+  for (size_t b = 0; b < rs.timings.size(); ++b) {
+    const BucketTiming& bt = rs.timings[b];
+    const Clock::time_point began = std::max(bt.launched, prev_done);
+    prev_done = bt.completed;
+    v1::Span* sp = report->add_spans();
+    sp->set_name("allreduce");
+    sp->set_start_ms(MsSince(t_step, began));
+    sp->set_dur_ms(MsSince(began, bt.completed));
+    sp->set_micro(micro);
+    sp->set_seq(bt.seq);
+    sp->set_bytes(bt.bytes);
+    sp->set_bucket(static_cast<int>(b));
+  }
+}
+
 Status WithPrefix(const std::string& prefix, const Status& st) {
   return Status(st.code(), prefix + st.message());
 }
@@ -110,6 +153,8 @@ Status ValidateJob(const TrainerOptions& o) {
     return InvalidArgument("comm.backend must be \"gloo\", got \"" + j.comm().backend() + "\"");
   }
   if (j.comm().timeout_s() < 0) return InvalidArgument("comm.timeout_s must be >= 0");
+  if (const auto& a = j.comm().accumulation_sync(); !a.empty() && a != "once" && a != "every_micro_batch")
+    return InvalidArgument("comm.accumulation_sync must be \"once\" or \"every_micro_batch\", got \"" + a + "\"");
   if (!(j.comm().bucket_mb() >= 0)) return InvalidArgument("comm.bucket_mb must be >= 0 (0 = 25)");
   if (!(j.comm().first_bucket_mb() >= 0)) return InvalidArgument("comm.first_bucket_mb must be >= 0 (0 = 1)");
   if (j.threads_per_rank() < 0) return InvalidArgument("threads_per_rank must be >= 0");
@@ -520,6 +565,11 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
                              std::to_string(world) + " x accumulation " + std::to_string(accum) + ")");
   }
   const bool scaling = scaler->enabled();
+  // The training loop's accumulation, as configured (see scenario.proto):
+  // all-reduces on every micro-batch without no_sync(); losses summed, not
+  // averaged.
+  const bool sync_every_micro = job.comm().accumulation_sync() == "every_micro_batch";
+  const bool sum_losses = job.optim().accumulation_loss() == "sum";
   const char* phase = "";
   v1::StepReport report;
   report.set_rank(rank);
@@ -539,6 +589,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
       }
       double data_ms = 0, forward_ms = 0, backward_ms = 0, loss_value = 0, padding = 0, model_flops = 0;
       double compute_cpu_ms = 0;  // the training thread's CPU time in forward, backward and optimiser
+      CommTally step_comm;
       int64_t tokens = 0;
       probe.Begin();
       // Slices of this step's timeline, for `firedrill trace`.
@@ -583,8 +634,11 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         at::Tensor loss = std::move(computed).value();
         // The mean over the step's micro-batches is what one large batch
         // would give: the gradient of loss/K summed over K backward passes.
-        if (accum > 1) loss = loss / accum;
-        loss_value += loss.item<double>();
+        // The "sum" bug leaves it undivided, so its gradient is K times
+        // one large batch's; the step's reported loss is the mean either way
+        // (what such a loop logs).
+        if (accum > 1 && !sum_losses) loss = loss / accum;
+        loss_value += loss.item<double>() / (sum_losses ? accum : 1);
         // GradScaler.scale(): the scaled loss goes backward, so fp16
         // gradients sit in a range half can hold.
         if (scaling) loss = loss * scaler->scale();
@@ -600,15 +654,26 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         stretch_mark = t0;
         // Only the last micro-batch synchronises (DDP's no_sync() on the
         // others): its hooks start the bucket all-reduces during backward.
-        const bool sync = micro == accum - 1;
-        reducer->Prepare(&pg, step, sync, sync && stop.load(std::memory_order_relaxed),
-                         sync && opts.probes && opts.probes->pending());
+        // Without no_sync() every backward does, and the loop waits for its
+        // all-reduces before the next micro-batch adds into the buckets (as
+        // DDP's backward does before it returns). Votes ride the last only.
+        const bool last = micro == accum - 1;
+        const bool sync = last || sync_every_micro;
+        reducer->Prepare(&pg, step, sync, last && stop.load(std::memory_order_relaxed),
+                         last && opts.probes && opts.probes->pending());
         loss.backward();
         StretchSince(stretch_mark);
         t1 = Clock::now();
         compute_cpu_ms += ThreadCpuMs() - cpu0;
         backward_ms += MsSince(t0, t1);
         span("backward", t0, t1, micro);
+        if (sync && !last) {
+          reducer->RebindGrads();
+          phase = "gradient all-reduce";
+          auto early = reducer->Finish();
+          if (!early.ok()) return early.status();
+          AddAllReduces(*early, t_step, micro, telemetry ? &report : nullptr, &step_comm);
+        }
       }
       const int64_t activation_peak = probe.End();
       reducer->RebindGrads();
@@ -617,26 +682,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
       auto reduced = reducer->Finish();
       if (!reduced.ok()) return reduced.status();
       const ReduceStats& rs = *reduced;
-      if (telemetry) {
-        span("allreduce wait", rs.wait_start, Clock::now(), -1);
-        // The backend runs collectives one at a time, in launch order: a
-        // bucket's all-reduce runs from when it was handed over or the one
-        // before it finished, whichever is later (the rest is queueing).
-        Clock::time_point prev_done{};
-        for (size_t b = 0; b < rs.timings.size(); ++b) {
-          const BucketTiming& bt = rs.timings[b];
-          const Clock::time_point began = std::max(bt.launched, prev_done);
-          prev_done = bt.completed;
-          v1::Span* sp = report.add_spans();
-          sp->set_name("allreduce");
-          sp->set_start_ms(MsSince(t_step, began));
-          sp->set_dur_ms(MsSince(began, bt.completed));
-          sp->set_micro(-1);
-          sp->set_seq(bt.seq);
-          sp->set_bytes(bt.bytes);
-          sp->set_bucket(static_cast<int>(b));
-        }
-      }
+      AddAllReduces(rs, t_step, -1, telemetry ? &report : nullptr, &step_comm);
 
       phase = "optimizer";
       auto t0 = Clock::now();
@@ -702,8 +748,10 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         report.set_data_ms(data_ms);
         report.set_forward_ms(forward_ms);
         report.set_backward_ms(backward_ms);
-        report.set_comm_ms(rs.exposed_ms);
-        report.set_comm_total_ms(rs.total_ms);
+        report.set_comm_ms(step_comm.exposed_ms);
+        report.set_comm_total_ms(step_comm.total_ms);
+        report.set_allreduces(step_comm.count);
+        report.set_allreduce_bytes(step_comm.bytes);
         report.set_optim_ms(optim_ms);
         report.set_checkpoint_ms(checkpoint_ms);
         report.set_loss(loss_value);

@@ -153,6 +153,32 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     return out;
   }
 
+  // 1b. Gradient accumulation without no_sync(): every gradient crosses the
+  // network once per micro-batch instead of once per optimiser step. The
+  // bytes a step all-reduces over the gradients' size say how many times.
+  const int accum = std::max(1, job.grad_accum_steps());
+  std::vector<double> crossings;
+  for (const auto* r : live)
+    if (r->mem_grads_bytes() > 0 && r->allreduce_bytes_per_step() > 0)
+      crossings.push_back(r->allreduce_bytes_per_step() / static_cast<double>(r->mem_grads_bytes()));
+  if (accum > 1 && !crossings.empty() && Median(crossings) >= 1.5) {
+    const double times = Median(crossings);
+    f = AutopilotFinding{};
+    f.found = true;
+    f.cause = "grad-accumulation-bug";
+    f.evidence = context + "a step all-reduces " + Bytes(static_cast<int64_t>(newest->allreduce_bytes_per_step())) +
+                 " in " + Num(newest->allreduces_per_step(), 0) + " all-reduces, where the gradients are " +
+                 Bytes(newest->mem_grads_bytes()) + ": every gradient crosses the network " + Num(times, 1) +
+                 " times per optimiser step, with " + std::to_string(accum) + " micro-batches per step (exposed "
+                 "all-reduce wait " + Pct(Median(comm)) + " of the step). Accumulation needs one all-reduce per "
+                 "bucket per step, after the last micro-batch: the others must run under no_sync() "
+                 "(comm.accumulation_sync = " + (job.comm().accumulation_sync().empty() ? std::string("once")
+                                                                                           : job.comm().accumulation_sync()) + ").";
+    Set(&f.fix, "comm.accumulation_sync", "once");
+    out.push_back(f);
+    return out;
+  }
+
   // 2. Padding: most of what is computed is not data, and more of it than
   // in the healthy baseline (which ran the same data).
   const double med_pad = Median(pad);

@@ -144,6 +144,14 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     }
     out << "\n";
   }
+  // What DDP's communication logging would say: the gradient all-reduces a
+  // step makes and what they carry, beside the size of the gradients.
+  if (latest != nullptr && latest->allreduces_per_step() > 0) {
+    out << "gradient all-reduce: " << Num(latest->allreduces_per_step(), 1) << " per optimiser step, carrying "
+        << Bytes(static_cast<int64_t>(latest->allreduce_bytes_per_step())) << " per step";
+    if (latest->mem_grads_bytes() > 0) out << " (the gradients are " << Bytes(latest->mem_grads_bytes()) << ")";
+    out << "\n";
+  }
   out << "\n";
   // Columns for telemetry that not every job has: shown only when some rank
   // reports it, so a plain job's table stays as narrow as before.

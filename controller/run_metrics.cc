@@ -12,7 +12,7 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
   if (steps.empty()) return;
   const size_t n = std::min(steps.size(), static_cast<size_t>(std::max(window, 1)));
   double step = 0, data = 0, fwd = 0, bwd = 0, comm = 0, opt = 0, sps = 0;
-  double tps = 0, pad = 0, comm_total = 0, ckpt = 0, flops = 0;
+  double tps = 0, pad = 0, comm_total = 0, ckpt = 0, flops = 0, allreduces = 0, allreduce_bytes = 0;
   for (size_t i = steps.size() - n; i < steps.size(); ++i) {
     const auto& s = steps[i];
     step += s.step_ms();
@@ -27,6 +27,8 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
     comm_total += s.comm_total_ms();
     ckpt += s.checkpoint_ms();
     flops += s.model_flops_per_s();
+    allreduces += s.allreduces();
+    allreduce_bytes += static_cast<double>(s.allreduce_bytes());
   }
   const double k = static_cast<double>(n);
   const auto& last = steps.back();
@@ -44,6 +46,8 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
   out->set_comm_total_ms(comm_total / k);
   out->set_checkpoint_ms(ckpt / k);
   out->set_model_flops_per_s(flops / k);
+  out->set_allreduces_per_step(allreduces / k);
+  out->set_allreduce_bytes_per_step(allreduce_bytes / k);
   out->set_peak_flops_per_s(last.peak_flops_per_s());
   // Model FLOPs utilisation: useful model FLOPs per second over the rank's
   // measured peak matmul rate.

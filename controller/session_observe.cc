@@ -101,7 +101,10 @@ StatusOr<v1::SessionStatus> SessionManager::GetStatus(const std::string& id) {
     faults::ApplyFaultsToJob(std::vector<v1::ResolvedFault>(s.rec.faults().begin(), s.rec.faults().end()),
                              st.mutable_job());
   }
-  st.set_global_batch(st.job().world_size() * st.job().data().batch_size());
+  // Samples per optimiser step, as the trainer counts them (micro-batches
+  // included), so the status header and the training line agree.
+  st.set_global_batch(static_cast<int64_t>(st.job().world_size()) * st.job().data().batch_size() *
+                      std::max(1, st.job().grad_accum_steps()));
   return st;
 }
 

@@ -4,6 +4,7 @@
 #include "faults/comm_misconfig.h"
 #include "faults/dataloader_starvation.h"
 #include "faults/fp16_overflow.h"
+#include "faults/grad_accumulation.h"
 #include "faults/lr_rule.h"
 #include "faults/padding_waste.h"
 #include "faults/silent_divergence.h"
@@ -35,6 +36,8 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
        nullptr, ApplyFp16Overflow},
       {"lr_rule", Scope::kRank, ValidateLrRule,
        nullptr, ApplyLrRule},
+      {"grad_accumulation", Scope::kRank, ValidateGradAccumulation,
+       nullptr, ApplyGradAccumulation},
       {"comm_misconfig", Scope::kHost, ValidateCommMisconfig,
        [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
          return std::make_unique<CommMisconfig>(id, f.comm_misconfig().socket_ifname());

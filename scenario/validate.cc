@@ -100,6 +100,7 @@ Check CheckOptim(const v1::OptimSpec& o, const std::string& p) {
   FD_CHECK(AtLeast(Join(p, "eps"), o.eps(), 0.0));
   FD_CHECK(AtLeast(Join(p, "warmup_steps"), o.warmup_steps(), 0));
   FD_CHECK(OneOf(Join(p, "lr_scaling"), o.lr_scaling(), {"", "none", "linear", "sqrt"}));
+  FD_CHECK(OneOf(Join(p, "accumulation_loss"), o.accumulation_loss(), {"", "mean", "sum"}));
   if (!o.lr_scaling().empty() && o.lr_scaling() != "none") {
     return AtLeast(Join(p, "reference_global_batch"), o.reference_global_batch(), 1);
   }
@@ -132,6 +133,7 @@ Check CheckJob(const v1::JobSpec& j, const std::string& p) {
   FD_CHECK(AtLeast(Join(p, "checkpoint.keep"), j.checkpoint().keep(), 0));
   FD_CHECK(OneOf(Join(p, "comm.backend"), j.comm().backend(), {"gloo"}));
   FD_CHECK(OneOf(Join(p, "comm.transport"), j.comm().transport(), {"", "auto", "gloo"}));
+  FD_CHECK(OneOf(Join(p, "comm.accumulation_sync"), j.comm().accumulation_sync(), {"", "once", "every_micro_batch"}));
   FD_CHECK(AtLeast(Join(p, "comm.bucket_mb"), j.comm().bucket_mb(), 0.0));
   FD_CHECK(AtLeast(Join(p, "comm.first_bucket_mb"), j.comm().first_bucket_mb(), 0.0));
   FD_CHECK(Positive(Join(p, "comm.timeout_s"), j.comm().timeout_s()));

@@ -55,6 +55,7 @@ const std::vector<Case> kCases = {
     // Batch size and precision.
     {"mixed-precision-rollout", 91, {"fp16-overflow"}},
     {"platform-launcher", 93, {"lr-divergence"}},
+    {"shared-training-loop", 95, {"grad-accumulation-bug"}},
 };
 
 class ScenarioTest : public ControllerTest {

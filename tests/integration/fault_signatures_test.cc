@@ -345,6 +345,61 @@ TEST(FaultSignature, TheLinearRuleOnAdamSpikesTheLossAndAWarmUpAloneDoesNotClose
   EXPECT_NEAR(mean(sqrt_fixed, 50, 300), h, 0.1 * h);
 }
 
+TEST(FaultSignature, AccumulationWithoutNoSyncAllReducesEveryMicroBatchForTheSameGradients) {
+  // shared-training-loop's mechanism on a small job: 4 micro-batches a step.
+  v1::JobSpec job = SmallJob(2);
+  job.set_grad_accum_steps(4);
+  job.mutable_optim()->set_lr(0.05);
+  job.set_steps(20);
+  v1::ResolvedFault f = Fault("grad_accumulation");
+  f.mutable_grad_accumulation()->set_bug("sync_every_micro_batch");
+  const auto healthy = RunJob(job, {});
+  const auto faulty = RunFaulty(job, f);
+  ExpectAllOk(healthy);
+  ExpectAllOk(faulty);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(faulty[r].reports.size(), healthy[r].reports.size());
+    for (size_t i = 0; i < healthy[r].reports.size(); ++i) {
+      const auto &h = healthy[r].reports[i], &x = faulty[r].reports[i];
+      // Every bucket once per backward instead of once per step: 4x the
+      // all-reduces and the bytes, exactly.
+      ASSERT_GT(h.allreduces(), 0);
+      EXPECT_EQ(x.allreduces(), 4 * h.allreduces()) << "rank " << r << " step " << i;
+      EXPECT_EQ(x.allreduce_bytes(), 4 * h.allreduce_bytes()) << "rank " << r << " step " << i;
+      // The average is linear: the same gradients reach the optimiser (up
+      // to the order of the float additions), so the same losses follow.
+      EXPECT_NEAR(x.loss(), h.loss(), 1e-4 * std::abs(h.loss())) << "rank " << r << " step " << i;
+    }
+  }
+  // What the extra all-reduces cost: all collective time, a ratio against
+  // the same job in this test (4x the bytes and the calls).
+  auto comm = [](const v1::StepReport& s) { return s.comm_total_ms(); };
+  const double ratio = MedianOf(faulty[0], comm) / MedianOf(healthy[0], comm);
+  RecordProperty("comm_total_ratio", std::to_string(ratio));
+  EXPECT_GT(ratio, 1.3);
+}
+
+TEST(FaultSignature, SummedMicroBatchLossesMakeTheGradientsKTimesTooBig) {
+  v1::JobSpec job = SmallJob(2);
+  job.set_grad_accum_steps(4);
+  job.mutable_optim()->set_lr(0.05);
+  job.set_steps(10);
+  v1::ResolvedFault f = Fault("grad_accumulation");
+  f.mutable_grad_accumulation()->set_bug("unscaled_loss");
+  const auto healthy = RunJob(job, {});
+  const auto faulty = RunFaulty(job, f);
+  ExpectAllOk(healthy);
+  ExpectAllOk(faulty);
+  // Step 0: the same weights and data, the same (mean) loss logged, and a
+  // gradient 4 times as big (scaling by 1/4 is exact in binary floats).
+  const auto &h = healthy[0].reports.at(0), &x = faulty[0].reports.at(0);
+  EXPECT_NEAR(x.loss(), h.loss(), 1e-6 * h.loss());
+  EXPECT_NEAR(x.grad_norm() / h.grad_norm(), 4.0, 1e-4);
+  // SGD then takes 4x steps: the runs part.
+  EXPECT_GT(std::abs(faulty[0].reports.at(5).loss() - healthy[0].reports.at(5).loss()),
+            1e-3 * healthy[0].reports.at(5).loss());
+}
+
 TEST(FaultSignature, CollectiveDesyncHangsAtTheEpochEndAndTheFlightRecorderNamesTheRank) {
   v1::JobSpec job = SmallJob(4);
   job.mutable_data()->set_batch_size(16);

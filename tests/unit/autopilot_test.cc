@@ -142,6 +142,33 @@ TEST(Autopilot, TheSameCurveAsTheBaselineIsNoFindingAndAnUnexplainedGapIsNoGuess
   EXPECT_FALSE(ReasonCurves(Curve(20, 0.032, Spiked), base, Adam("linear", 8)).diverged);
 }
 
+TEST(Autopilot, GradientsThatCrossTheNetworkOncePerMicroBatchAreAnAccumulationBug) {
+  auto st = Job(0.2, 6, 12, 30);  // every rank waits in comm alike, 25 MB buckets
+  st.mutable_job()->set_grad_accum_steps(4);
+  const int64_t grads = 7 << 20;
+  for (auto& r : *st.mutable_ranks()) {
+    r.set_mem_grads_bytes(grads);
+    r.set_allreduces_per_step(8);
+    r.set_allreduce_bytes_per_step(4.0 * grads + 64);
+  }
+  const auto all = ReasonAll(st);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].cause, "grad-accumulation-bug");
+  EXPECT_TRUE(all[0].ranks.empty());
+  ASSERT_EQ(all[0].fix.settings_size(), 1);
+  EXPECT_EQ(all[0].fix.settings(0).key(), "comm.accumulation_sync");
+  EXPECT_EQ(all[0].fix.settings(0).value(), "once");
+  EXPECT_NE(all[0].evidence.find("crosses the network 4.0 times per optimiser step"), std::string::npos)
+      << all[0].evidence;
+  // Once per step (the bytes are the gradients' size) is not the bug,
+  // whatever the accumulation; nor are many crossings without accumulation.
+  for (auto& r : *st.mutable_ranks()) r.set_allreduce_bytes_per_step(grads + 64);
+  for (const auto& f : ReasonAll(st)) EXPECT_NE(f.cause, "grad-accumulation-bug");
+  st.mutable_job()->set_grad_accum_steps(1);
+  for (auto& r : *st.mutable_ranks()) r.set_allreduce_bytes_per_step(4.0 * grads);
+  for (const auto& f : ReasonAll(st)) EXPECT_NE(f.cause, "grad-accumulation-bug");
+}
+
 TEST(Autopilot, DataWaitOnEveryRankIsStarvationOfTheWholeJob) {
   const auto f = Reason(Job(18, 2, 4, 2));
   ASSERT_TRUE(f.found);

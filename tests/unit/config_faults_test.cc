@@ -140,6 +140,34 @@ TEST(ConfigFaults, LrRuleSetsTheRuleTheReferenceAndTheWarmUpAndNothingElse) {
   EXPECT_EQ(job.DebugString(), want.DebugString());
 }
 
+TEST(ConfigFaults, GradAccumulationSetsOneLoopSettingPerBugAndNothingElse) {
+  const FaultKind* k = FindFaultKind("grad_accumulation");
+  ASSERT_NE(k, nullptr);
+  v1::FaultSpec f = Spec("grad_accumulation");
+  f.mutable_grad_accumulation()->set_bug("no_sync");
+  EXPECT_NE(k->validate(f).message().find("params.bug"), std::string::npos) << k->validate(f).message();
+  v1::JobSpec job;
+  job.set_world_size(4);
+  job.set_grad_accum_steps(4);
+  job.mutable_comm()->set_accumulation_sync("once");
+  job.mutable_optim()->set_kind("sgd");
+  for (const std::string bug : {"sync_every_micro_batch", "unscaled_loss"}) {
+    f.mutable_grad_accumulation()->set_bug(bug);
+    EXPECT_TRUE(k->validate(f).ok()) << k->validate(f).message();
+    v1::ResolvedFault rf;
+    rf.set_kind("grad_accumulation");
+    *rf.mutable_grad_accumulation() = f.grad_accumulation();
+    v1::JobSpec got = job, want = job;
+    ApplyFaultsToJob({rf}, &got);
+    if (bug == "sync_every_micro_batch") {
+      want.mutable_comm()->set_accumulation_sync("every_micro_batch");
+    } else {
+      want.mutable_optim()->set_accumulation_loss("sum");
+    }
+    EXPECT_EQ(got.DebugString(), want.DebugString()) << bug;
+  }
+}
+
 TEST(ConfigFaults, AllRanksTargetReachesEveryRankOnEveryHost) {
   v1::Scenario s;
   s.mutable_job()->set_world_size(3);

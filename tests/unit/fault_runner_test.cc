@@ -63,7 +63,7 @@ TEST(Registry, KnowsTheKindsAndWhichActAtRunTime) {
   EXPECT_EQ(FindFaultKind("gremlin"), nullptr);
   EXPECT_EQ(FaultKindNames(),
             (std::vector<std::string>{"straggler", "dataloader_starvation", "padding_waste", "tiny_buckets",
-                                      "collective_desync", "fp16_overflow", "lr_rule", "comm_misconfig", "silent_divergence",
+                                      "collective_desync", "fp16_overflow", "lr_rule", "grad_accumulation", "comm_misconfig", "silent_divergence",
                                       "slow_link"}));
   // Each kind acts somewhere: at run time on seams, or through the deploy.
   for (const auto& k : BuiltinFaultKinds()) EXPECT_TRUE(k.make || k.apply_to_job) << k.name;

@@ -118,6 +118,24 @@ TEST(PrintStatusTest, TheTrainingLineIsTheSameInEveryJob) {
   EXPECT_EQ(text.find("training:"), std::string::npos) << text;
 }
 
+// The step's gradient all-reduces beside the gradients' size: how many times
+// each gradient crossed the network is a division the learner makes.
+TEST(PrintStatusTest, GradientAllReducesAreShownBesideTheGradientsSize) {
+  v1::SessionStatus st = TwoRanks();
+  std::string text = Status(st);
+  EXPECT_EQ(text.find("gradient all-reduce:"), std::string::npos) << "no line before any all-reduce: " << text;
+  for (auto& r : *st.mutable_ranks()) {
+    r.set_allreduces_per_step(12);
+    r.set_allreduce_bytes_per_step(16.0 * 1024 * 1024);
+    r.set_mem_grads_bytes(4 * 1024 * 1024);
+  }
+  text = Status(st);
+  EXPECT_NE(text.find("gradient all-reduce: 12.0 per optimiser step, carrying 16.0 MiB per step (the gradients "
+                      "are 4.0 MiB)"),
+            std::string::npos)
+      << text;
+}
+
 TEST(PrintStatusTest, RowsStayAlignedWithOptionalColumns) {
   v1::SessionStatus st = TwoRanks();
   for (auto& r : *st.mutable_ranks()) {

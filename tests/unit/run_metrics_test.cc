@@ -71,6 +71,8 @@ TEST(FillRankWindowTest, TelemetryMeansAndLatestValues) {
     s.set_tokens_per_s(1000.0 * (i + 1));    // 1000..5000
     s.set_padding_fraction(0.1 * i);         // 0..0.4
     s.set_comm_total_ms(6.0 + i);            // 6..10
+    s.set_allreduces(i < 4 ? 3 : 12);        // the last step synchronised every micro-batch
+    s.set_allreduce_bytes(1000 * s.allreduces());
     s.set_checkpoint_ms(i == 4 ? 80.0 : 0);  // one checkpoint write in the window
     s.set_loss_scale(65536.0 / (1 << i));
     s.set_skipped_total(i);
@@ -88,6 +90,8 @@ TEST(FillRankWindowTest, TelemetryMeansAndLatestValues) {
   EXPECT_DOUBLE_EQ(r.tokens_per_s(), 4500);
   EXPECT_NEAR(r.padding_fraction(), 0.35, 1e-12);
   EXPECT_DOUBLE_EQ(r.comm_total_ms(), 9.5);
+  EXPECT_DOUBLE_EQ(r.allreduces_per_step(), 7.5);
+  EXPECT_DOUBLE_EQ(r.allreduce_bytes_per_step(), 7500);
   EXPECT_DOUBLE_EQ(r.checkpoint_ms(), 40);
   EXPECT_DOUBLE_EQ(r.loss_scale(), 4096);
   EXPECT_EQ(r.skipped_total(), 4);
