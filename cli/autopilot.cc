@@ -430,6 +430,30 @@ CurveFinding ReasonCurves(const v1::MetricsResponse& main, const v1::MetricsResp
                  (std::isfinite(a.values[peak]) ? " and peaks at " + Sig(a.values[peak]) + " at step "
                                                 : " and is not a number from step ") +
                  std::to_string(a.steps[peak]) + ".";
+  // The gradient at the first step both runs hold, from the same weights
+  // and data: a loop that sums its micro-batch losses instead of averaging
+  // them has K times the healthy one.
+  const int accum = std::max(1, job.grad_accum_steps());
+  const SeriesPoints gm = JobSeries(main, "grad_norm"), gh = JobSeries(baseline, "grad_norm");
+  if (accum > 1 && !gm.steps.empty() && !gh.steps.empty() && gm.steps[0] == gh.steps[0] && gh.values[0] > 0 &&
+      std::isfinite(gm.values[0])) {
+    const double ratio = gm.values[0] / gh.values[0];
+    out.evidence += " At step " + std::to_string(gm.steps[0]) + " the gradient norm is " + Sig(gm.values[0]) +
+                    " against the baseline's " + Sig(gh.values[0]) + " (" + Num(ratio, 2) + "x), with " +
+                    std::to_string(accum) + " micro-batches per step";
+    if (std::abs(ratio / accum - 1) < 0.1) {
+      AutopilotFinding& f = out.finding;
+      f.found = true;
+      f.cause = "grad-accumulation-bug";
+      f.evidence = out.evidence + ": the gradient is the micro-batches' sum, not their mean. Each micro-batch's "
+                   "loss must be divided by the accumulation steps before backward (optim.accumulation_loss = " +
+                   (job.optim().accumulation_loss().empty() ? std::string("mean") : job.optim().accumulation_loss()) +
+                   "); summed, SGD takes steps " + std::to_string(accum) + " times too long.";
+      Set(&f.fix, "optim.accumulation_loss", "mean");
+      return out;
+    }
+    out.evidence += ".";
+  }
   const SeriesPoints lr = JobSeries(main, "lr");
   const auto& o = job.optim();
   const double trained = lr.values.empty() ? 0 : lr.values.back();

@@ -56,6 +56,7 @@ const std::vector<Case> kCases = {
     {"mixed-precision-rollout", 91, {"fp16-overflow"}},
     {"platform-launcher", 93, {"lr-divergence"}},
     {"shared-training-loop", 95, {"grad-accumulation-bug"}},
+    {"smaller-cards", 96, {"grad-accumulation-bug"}},
 };
 
 class ScenarioTest : public ControllerTest {
