@@ -371,12 +371,11 @@ TEST(FaultSignature, AccumulationWithoutNoSyncAllReducesEveryMicroBatchForTheSam
       EXPECT_NEAR(x.loss(), h.loss(), 1e-4 * std::abs(h.loss())) << "rank " << r << " step " << i;
     }
   }
-  // What the extra all-reduces cost: all collective time, a ratio against
-  // the same job in this test (4x the bytes and the calls).
-  auto comm = [](const v1::StepReport& s) { return s.comm_total_ms(); };
-  const double ratio = MedianOf(faulty[0], comm) / MedianOf(healthy[0], comm);
-  RecordProperty("comm_total_ratio", std::to_string(ratio));
-  EXPECT_GT(ratio, 1.3);
+  // What the extra all-reduces cost in time is not asserted here: on this
+  // small job with ranks as threads, summed collective time swung from 0.7x
+  // to 7x the healthy job's (it counts waiting for a peer still computing).
+  // The drill measures it, paired against the healthy job on the same hosts
+  // (bench/grading_reliability: 0.49-0.53x throughput, bench/RESULTS.md).
 }
 
 TEST(FaultSignature, SummedMicroBatchLossesMakeTheGradientsKTimesTooBig) {
