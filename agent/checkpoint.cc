@@ -578,7 +578,7 @@ StatusOr<std::string> LatestValidCheckpoint(const std::string& root) {
                   (dirs->empty() ? std::string(" (none written)") : " (" + skipped + ")"));
 }
 
-Status PruneCheckpoints(const std::string& root, int keep) {
+Status PruneCheckpoints(const std::string& root, int keep, int keep_period) {
   if (keep <= 0) return Status::Ok();
   auto dirs = StepDirs(root);
   FD_RETURN_IF_ERROR(dirs.status());
@@ -590,6 +590,7 @@ Status PruneCheckpoints(const std::string& root, int keep) {
   }
   if (valid < keep) return Status::Ok();  // never delete while fewer than `keep` good ones exist
   for (; i < dirs->size(); ++i) {
+    if (keep_period > 0 && (*dirs)[i].first % keep_period == 0) continue;
     // Rename first (atomic), so a crash mid-delete never leaves a half-deleted
     // step-N that reads as a damaged checkpoint.
     const std::string& dir = (*dirs)[i].second;
@@ -620,6 +621,37 @@ Status ExportConsolidated(const std::string& step_dir, const std::string& out_fi
   std::string target = out_file;
   if (fs::path(target).parent_path().empty()) target = (fs::path(".") / target).string();
   return WriteFileAtomic(target, [&](FileSink& sink) { return Encode(dict, sink); });
+}
+
+StatusOr<std::vector<ReplicaTensor>> CompareReplicas(const std::string& step_dir) {
+  auto m = ReadManifest(step_dir);
+  if (!m.ok()) return m.status();
+  const size_t n = std::strlen(kModelTensorPrefix);
+  std::vector<ReplicaTensor> out;
+  for (int rank = 0; rank < m->world_size; ++rank) {
+    auto shard = LoadShard(step_dir, rank);
+    if (!shard.ok()) return shard.status();
+    size_t i = 0;
+    for (const auto& [key, t] : shard->tensors) {  // a std::map: name order
+      if (key.rfind(kModelTensorPrefix, 0) != 0) continue;
+      const std::string name = key.substr(n);
+      if (rank == 0) {
+        out.push_back({name, t.numel(), {}});
+      } else if (i >= out.size() || out[i].name != name || out[i].numel != t.numel()) {
+        return FailedPrecondition("checkpoint " + Join(step_dir, ShardFileName(rank)) + ": model tensor " + name + " (" +
+                                  std::to_string(t.numel()) + " elements) is not in rank 0's shard as such: the "
+                                  "shards hold different models");
+      }
+      const at::Tensor c = t.contiguous();
+      std::string h = Sha256Hex(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
+      if (h.empty()) return Internal("SHA-256 of " + name + " failed (OpenSSL)");
+      out[i++].sha256.push_back(std::move(h));
+    }
+    if (i != out.size())
+      return FailedPrecondition("checkpoint " + Join(step_dir, ShardFileName(rank)) + ": " + std::to_string(i) +
+                                " model tensors, rank 0's shard has " + std::to_string(out.size()));
+  }
+  return out;
 }
 
 }  // namespace firedrill::agent

@@ -126,7 +126,9 @@ StatusOr<std::string> LatestValidCheckpoint(const std::string& root);
 // than the oldest kept one (valid or not). Invalid checkpoints newer than that
 // are left alone: one may be in the middle of being written, and a corrupt one
 // is evidence a learner may want to inspect. keep <= 0 keeps everything.
-Status PruneCheckpoints(const std::string& root, int keep);
+// A checkpoint whose step is a multiple of keep_period (> 0) is never
+// deleted: a sparse history older than the newest `keep`.
+Status PruneCheckpoints(const std::string& root, int keep, int keep_period = 0);
 
 // Writes rank 0's "model/*" tensors (prefix stripped) as one file that
 // Python's torch.load reads as a dict {name: tensor}. Rank 0 suffices because
@@ -134,6 +136,19 @@ Status PruneCheckpoints(const std::string& root, int keep);
 // The whole checkpoint is verified first (an export never comes from one we
 // would not resume from); the export is written atomically.
 Status ExportConsolidated(const std::string& step_dir, const std::string& out_file);
+
+// One model tensor across a checkpoint's data-parallel replicas.
+struct ReplicaTensor {
+  std::string name;                 // prefix stripped
+  int64_t numel = 0;
+  std::vector<std::string> sha256;  // by rank: the tensor's bytes as that rank's shard holds them
+};
+
+// Loads every shard of a checkpoint (each verified as a resume would) and
+// hashes each "model/" tensor as each rank saved it, in name order. Every
+// rank wrote its own replica, so after healthy data-parallel steps all hold
+// the same bytes; a replica that went wrong shows as a different hash.
+StatusOr<std::vector<ReplicaTensor>> CompareReplicas(const std::string& step_dir);
 
 // SHA-256 of a file, lowercase hex (OpenSSL EVP).
 StatusOr<std::string> Sha256File(const std::string& path);

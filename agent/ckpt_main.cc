@@ -2,14 +2,17 @@
 // so a learner (or a probe) can find the last good checkpoint to roll back to.
 //
 //   firedrill-ckpt list ROOT [--json]     newest first, each valid or why not
-//   firedrill-ckpt verify STEP_DIR        exit 0 if loadable, else 1 + one line
+//   firedrill-ckpt verify STEP_DIR [--json]  exit 0 if loadable, else 1 + one line;
+//                                         a loadable one's model replicas compared across ranks
 //   firedrill-ckpt export STEP_DIR OUT    model state for Python's torch.load
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "agent/checkpoint.h"
 
@@ -48,18 +51,49 @@ int List(const std::string& root, bool as_json) {
   return 0;
 }
 
-int Verify(const std::string& step_dir) {
-  firedrill::Status st = fa::VerifyCheckpoint(step_dir);
-  if (!st.ok()) {
-    std::cerr << st.message() << "\n";
-    return 1;
+// The replicas' agreement, in words: how many model tensors every rank's
+// shard holds alike, and for each other one, which ranks hold which bytes.
+std::string ReplicaText(const std::vector<fa::ReplicaTensor>& replicas) {
+  int same = 0;
+  std::string odd;
+  for (const auto& t : replicas) {
+    std::map<std::string, std::string> ranks_of;  // hash -> ranks
+    for (size_t r = 0; r < t.sha256.size(); ++r)
+      ranks_of[t.sha256[r]] += (ranks_of[t.sha256[r]].empty() ? "" : ",") + std::to_string(r);
+    if (ranks_of.size() == 1) {
+      ++same;
+      continue;
+    }
+    odd += "\n  " + t.name + ":";
+    for (const auto& [h, ranks] : ranks_of)
+      odd += (ranks.find(',') == std::string::npos ? " rank " + ranks + " holds " : " ranks " + ranks + " hold ") +
+             h.substr(0, 8) + ";";
+    odd.pop_back();
   }
+  return "model replicas: " + std::to_string(same) + " of " + std::to_string(replicas.size()) +
+         " tensors are bitwise the same in every rank's shard" + odd;
+}
+
+int Verify(const std::string& step_dir, bool as_json) {
+  nlohmann::json out = {{"dir", step_dir}, {"valid", false}, {"replicas", nlohmann::json::array()}};
+  auto report = [&](int code, const std::string& detail) {
+    out["detail"] = detail;
+    if (as_json) std::cout << out.dump(2) << "\n";
+    else (code == 0 ? std::cout : std::cerr) << detail << "\n";
+    return code;
+  };
+  firedrill::Status st = fa::VerifyCheckpoint(step_dir);
+  if (!st.ok()) return report(1, st.message());
   auto m = fa::ReadManifest(step_dir);
   int64_t bytes = 0;
   for (const auto& s : m->shards) bytes += s.bytes;
-  std::cout << "checkpoint " << step_dir << ": valid (step " << m->step << ", " << m->world_size << " shards, " << bytes
-            << " bytes, SHA-256 verified)\n";
-  return 0;
+  std::string detail = "checkpoint " + step_dir + ": valid (step " + std::to_string(m->step) + ", " +
+                       std::to_string(m->world_size) + " shards, " + std::to_string(bytes) + " bytes, SHA-256 verified)";
+  out["valid"] = true;
+  auto replicas = fa::CompareReplicas(step_dir);
+  if (!replicas.ok()) return report(1, detail + "\nbut its replicas cannot be compared: " + replicas.status().message());
+  for (const auto& t : *replicas) out["replicas"].push_back({{"name", t.name}, {"numel", t.numel}, {"sha256", t.sha256}});
+  return report(0, detail + "\n" + ReplicaText(*replicas));
 }
 
 int Export(const std::string& step_dir, const std::string& out) {
@@ -84,8 +118,10 @@ int main(int argc, char** argv) {
   list->add_option("ROOT", root, "checkpoint root (holds step-<N> folders)")->required();
   list->add_flag("--json", as_json, "machine-readable output");
 
-  auto* verify = app.add_subcommand("verify", "Check the manifest and every shard's size and SHA-256");
+  auto* verify = app.add_subcommand(
+      "verify", "Check the manifest and every shard's size and SHA-256, then compare the ranks' model replicas");
   verify->add_option("STEP_DIR", step_dir, "a step-<N> folder")->required();
+  verify->add_flag("--json", as_json, "machine-readable output");
 
   auto* exp = app.add_subcommand("export", "Write the model state as one file that Python's torch.load reads");
   exp->add_option("STEP_DIR", step_dir, "a step-<N> folder")->required();
@@ -93,6 +129,6 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (list->parsed()) return List(root, as_json);
-  if (verify->parsed()) return Verify(step_dir);
+  if (verify->parsed()) return Verify(step_dir, as_json);
   return Export(step_dir, out);
 }

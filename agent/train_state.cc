@@ -201,7 +201,7 @@ Status SaveShardedCheckpoint(comm::ProcessGroup& pg, const CheckpointTarget& t, 
     return Status(st.code(), who + st.message() + hint);
   }
   if (t.keep > 0) {
-    if (Status st = PruneCheckpoints(t.root, t.keep); !st.ok())
+    if (Status st = PruneCheckpoints(t.root, t.keep, t.keep_period); !st.ok())
       spdlog::warn("{}pruning old checkpoints failed: {}", who, st.message());
   }
   return Status::Ok();

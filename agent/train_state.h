@@ -57,6 +57,7 @@ StatusOr<RestoredState> RestoreTrainState(const ShardData& shard, TrainModel& mo
 struct CheckpointTarget {
   std::string root;  // checkpoint.dir: storage every rank shares
   int keep = 0;      // newest valid checkpoints kept; 0 = all
+  int keep_period = 0;  // and every one whose step is a multiple of this; 0 = none
   int64_t steps = 0; // optimiser steps the checkpoint holds (its step-N)
   int rank = 0;
   int world_size = 1;

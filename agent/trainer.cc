@@ -162,6 +162,8 @@ Status ValidateJob(const TrainerOptions& o) {
     return InvalidArgument("no steps to run (max_steps and job.steps are 0)");
   if (j.checkpoint().every() < 0) return InvalidArgument("checkpoint.every must be >= 0 (0 = never)");
   if (j.checkpoint().keep() < 0) return InvalidArgument("checkpoint.keep must be >= 0 (0 = all)");
+  if (j.checkpoint().keep_period() < 0)
+    return InvalidArgument("checkpoint.keep_period must be >= 0 (0 = keep no checkpoint for good)");
   if (j.checkpoint().every() > 0 && j.checkpoint().dir().empty())
     return InvalidArgument("checkpoint.every is set but checkpoint.dir is empty: say where checkpoints go");
   if (j.checkpoint().resume_from() == "latest" && j.checkpoint().dir().empty())
@@ -285,6 +287,9 @@ struct Trainer::Impl {
   // it, in the model's order (what Megatron-LM's
   // check_param_hashes_across_dp_replicas compares).
   Status Checksums(v1::ProbeReport* out);
+  // The whole model in one digest: SHA-256 over the per-tensor SHA-256s
+  // (hex, in the model's order). Empty if OpenSSL failed.
+  std::string ParamsDigest();
   int64_t probe_rounds = 0;
   std::string who() const { return "rank " + std::to_string(rank); }
 };
@@ -781,6 +786,9 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         report.set_thread_cpu_ns(sched1.cpu_ns - sched0.cpu_ns);
         report.set_thread_wait_ns(sched1.wait_ns - sched0.wait_ns);
         FillCpuThrottling(report.mutable_cpu());
+        // Where the run ends, what it ended with (verification compares it
+        // across ranks and with a reference run).
+        if (step + 1 == end) report.set_params_sha256(ParamsDigest());
         on_step(report);
       }
       if (rs.probe) RunProbes(pg, step + 1, stop);
@@ -865,6 +873,18 @@ Status Trainer::Impl::Checksums(v1::ProbeReport* out) {
   return Status::Ok();
 }
 
+std::string Trainer::Impl::ParamsDigest() {
+  std::lock_guard<std::mutex> lock(param_mu);
+  std::string all;
+  for (const auto& kv : model->module().named_parameters()) {
+    const at::Tensor t = kv.value().detach().contiguous();
+    const std::string h = Sha256Hex(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
+    if (h.empty()) return "";
+    all += h;
+  }
+  return Sha256Hex(all.data(), all.size());
+}
+
 Status Trainer::Impl::SaveCheckpoint(comm::ProcessGroup& pg, const DataLoader& loader, int64_t steps) {
   ShardData shard;
   {
@@ -874,6 +894,7 @@ Status Trainer::Impl::SaveCheckpoint(comm::ProcessGroup& pg, const DataLoader& l
   CheckpointTarget t;
   t.root = opts.job.checkpoint().dir();
   t.keep = opts.job.checkpoint().keep();
+  t.keep_period = opts.job.checkpoint().keep_period();
   t.steps = steps;
   t.rank = rank;
   t.world_size = world;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <thread>
 
 #include "analysis/straggler.h"
@@ -495,6 +496,62 @@ CurveFinding ReasonCurves(const v1::MetricsResponse& main, const v1::MetricsResp
   return out;
 }
 
+AutopilotFinding ReasonChecksums(const v1::RunProbeResponse& r) {
+  AutopilotFinding f;
+  std::map<int, int> odd_tensors;  // rank -> tensors where it holds a minority hash
+  std::string apart;
+  int differ = 0;
+  for (const auto& t : r.checksums()) {
+    if (t.distinct() <= 1) continue;
+    ++differ;
+    std::map<std::string, int> votes;
+    for (const auto& h : t.sha256()) ++votes[h];
+    std::string most;
+    int most_n = 0;
+    for (const auto& [h, n] : votes)
+      if (n > most_n) most = h, most_n = n;
+    if (most_n * 2 <= t.sha256_size()) continue;  // no majority: no side to call wrong
+    for (int rank = 0; rank < t.sha256_size(); ++rank)
+      if (t.sha256(rank) != most) ++odd_tensors[rank];
+    if (apart.size() < 200) apart += (apart.empty() ? "" : ", ") + t.name();
+  }
+  if (differ == 0 || odd_tensors.empty()) return f;
+  f.found = true;
+  f.cause = "silent-divergence";
+  std::string ranks;
+  for (const auto& [rank, n] : odd_tensors) {
+    f.ranks.push_back(rank);
+    f.fix.add_replace_host_ranks(rank);
+    ranks += (ranks.empty() ? "" : ",") + std::to_string(rank);
+  }
+  f.evidence = "probe checksum after step " + std::to_string(r.step()) + ": " + std::to_string(differ) + " of " +
+               std::to_string(r.checksums_size()) + " parameter tensors are not the same on every rank (" + apart +
+               "); rank(s) " + ranks + " hold other bytes than the rest. Gradients are all-reduced, parameters "
+               "never are, so nothing brings a replica back once it is off: the host corrupted it";
+  return f;
+}
+
+std::string RollbackPoint(const std::vector<v1::VerifyCheckpointResponse>& verified, std::string* why) {
+  for (const auto& c : verified) {
+    int differ = 0;
+    for (const auto& t : c.replicas()) differ += t.distinct() > 1 ? 1 : 0;
+    const std::string step = "step " + std::to_string(c.step());
+    if (!c.valid()) {
+      *why += (why->empty() ? "" : "; ") + step + " invalid";
+      continue;
+    }
+    if (c.replicas_size() == 0 || differ > 0) {
+      *why += (why->empty() ? "" : "; ") + step + ": " + std::to_string(differ) + " of " +
+              std::to_string(c.replicas_size()) + " model tensors differ between the ranks' shards";
+      continue;
+    }
+    *why += (why->empty() ? "" : "; ") + step + ": all " + std::to_string(c.replicas_size()) +
+            " model tensors the same in every shard";
+    return c.dir();
+  }
+  return "";
+}
+
 int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
   std::ostream& out = *ctx.out;
   DrillClient client(ctx.controller);
@@ -655,6 +712,38 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     return 1;
   }
   PrintStatus(*st, out);
+  if (healthy) {
+    // Fast, even and learning as it should: the replicas may still have
+    // gone apart, which no throughput or loss shows. Compare them.
+    v1::RunProbeRequest pr;
+    pr.set_session_id(id);
+    pr.mutable_spec()->set_op("checksum");
+    if (auto sums = client.RunProbe(pr); sums.ok()) {
+      AutopilotFinding d = ReasonChecksums(*sums);
+      if (d.found) {
+        out << "\n";
+        PrintProbe(*sums, out);
+        // Roll back to the newest checkpoint whose replicas agree.
+        std::vector<v1::VerifyCheckpointResponse> verified;
+        if (auto list = client.ListCheckpoints(id); list.ok()) {
+          std::string why;
+          for (const auto& c : list->checkpoints()) {
+            auto v = client.VerifyCheckpoint(id, c.step());
+            if (!v.ok()) continue;
+            verified.push_back(*v);
+            if (!RollbackPoint(verified, &why).empty()) break;  // newest first: this is it
+          }
+          why.clear();
+          const std::string dir = RollbackPoint(verified, &why);
+          Set(&d.fix, "checkpoint.resume_from", dir);
+          d.evidence += ". Checkpoints, newest first: " + why +
+                        (dir.empty() ? "; none agrees, so from scratch" : "; resume from " + dir);
+        }
+        healthy = false;
+        findings = {d};
+      }
+    }
+  }
   if (healthy) {
     AutopilotFinding none;
     none.found = true;

@@ -68,6 +68,15 @@ struct CurveFinding {
 CurveFinding ReasonCurves(const v1::MetricsResponse& main, const v1::MetricsResponse& baseline,
                           const v1::JobSpec& job);
 
+// Replicas compared (`probe checksum`): tensors whose hash is not the same
+// on every rank mean the data-parallel copies went apart. The culprits are
+// the ranks that hold other bytes than most ranks do; found only then.
+AutopilotFinding ReasonChecksums(const v1::RunProbeResponse& checksums);
+// Where to roll back to: the newest checkpoint (of `verified`, each as
+// `ckpt verify` answered, newest first) that is valid and whose replicas
+// all agree; "" if none is. `why` says what each one showed.
+std::string RollbackPoint(const std::vector<v1::VerifyCheckpointResponse>& verified, std::string* why);
+
 int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed);
 
 }  // namespace firedrill::cli

@@ -38,7 +38,10 @@ void PrintFailureEvents(const v1::SessionStatus& st, std::ostream& out) {
 
 StatusOr<v1::FixSetting> ParseSetting(const std::string& kv) {
   const size_t eq = kv.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == kv.size()) {
+  // An empty value is a mistake, except where it means "none":
+  // checkpoint.resume_from= starts the job from step 0.
+  const bool may_be_empty = eq != std::string::npos && kv.substr(0, eq) == "checkpoint.resume_from";
+  if (eq == std::string::npos || eq == 0 || (eq + 1 == kv.size() && !may_be_empty)) {
     return InvalidArgument("--set expects KEY=VALUE (e.g. --set data.batch_size=32), got '" + kv + "'");
   }
   v1::FixSetting s;

@@ -338,6 +338,10 @@ std::vector<std::string> CollateralActions(const v1::SessionRecord& record, cons
     if (culprits.count(r) || !seen.insert(r).second) continue;
     out.push_back("replaced the host of rank " + std::to_string(r) + ", which is not a culprit");
   }
+  // Restarting from scratch throws away every checkpoint the job wrote.
+  for (const auto& kv : fix.settings())
+    if (kv.key() == "checkpoint.resume_from" && kv.value().empty() && record.job().checkpoint().every() > 0)
+      out.push_back("restarted the job from scratch (checkpoint.resume_from cleared), throwing away its checkpoints");
   return out;
 }
 

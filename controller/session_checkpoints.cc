@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "common/subprocess.h"
 #include "controller/session_manager.h"
@@ -126,15 +127,37 @@ StatusOr<v1::VerifyCheckpointResponse> SessionManager::VerifyCheckpoint(const v1
   if (!std::filesystem::is_directory(out.dir(), ec))
     return NotFound("there is no checkpoint of step " + std::to_string(req.step()) + " (" + out.dir() +
                     "); `firedrill ckpt list` shows those there are");
-  auto r = RunCommand({opts_.ckpt_bin, "verify", out.dir()});
+  auto r = RunCommand({opts_.ckpt_bin, "verify", out.dir(), "--json"});
   if (!r.ok()) return Internal("cannot run firedrill-ckpt (" + opts_.ckpt_bin + "): " + r.status().message());
   // 0: valid, 1: it says why not; anything else is the tool's failure, not
   // the checkpoint's.
   if (r->exit_code != 0 && r->exit_code != 1)
     return Internal(opts_.ckpt_bin + " verify exited " + std::to_string(r->exit_code) +
                     (r->output.empty() ? " and said nothing" : ": " + r->output));
+  const auto j = nlohmann::json::parse(r->output, nullptr, false);
+  if (!j.is_object() || !j.contains("detail"))
+    return Internal(opts_.ckpt_bin + " verify printed no JSON object: " + r->output.substr(0, 300));
   out.set_valid(r->exit_code == 0);
-  out.set_detail(r->output);
+  out.set_detail(Field(j, "detail", std::string()));
+  // Each model tensor as every rank's shard holds it.
+  const auto reps = j.find("replicas");
+  if (reps != j.end() && reps->is_array()) {
+    for (const auto& t : *reps) {
+      if (!t.is_object()) continue;
+      v1::ParamChecksums* p = out.add_replicas();
+      p->set_name(Field(t, "name", std::string()));
+      p->set_numel(Field<int64_t>(t, "numel", 0));
+      std::vector<std::string> distinct;
+      const auto hs = t.find("sha256");
+      if (hs != t.end() && hs->is_array())
+        for (const auto& h : *hs) {
+          const std::string hex = h.is_string() ? h.get<std::string>() : "";
+          p->add_sha256(hex);
+          if (std::find(distinct.begin(), distinct.end(), hex) == distinct.end()) distinct.push_back(hex);
+        }
+      p->set_distinct(static_cast<int32_t>(distinct.size()));
+    }
+  }
   return out;
 }
 

@@ -131,6 +131,7 @@ Check CheckJob(const v1::JobSpec& j, const std::string& p) {
   FD_CHECK(InRange(Join(p, "grad_accum_steps"), j.grad_accum_steps(), 0, 1024));
   FD_CHECK(AtLeast(Join(p, "checkpoint.every"), j.checkpoint().every(), 0));
   FD_CHECK(AtLeast(Join(p, "checkpoint.keep"), j.checkpoint().keep(), 0));
+  FD_CHECK(AtLeast(Join(p, "checkpoint.keep_period"), j.checkpoint().keep_period(), 0));
   FD_CHECK(OneOf(Join(p, "comm.backend"), j.comm().backend(), {"gloo"}));
   FD_CHECK(OneOf(Join(p, "comm.transport"), j.comm().transport(), {"", "auto", "gloo"}));
   FD_CHECK(OneOf(Join(p, "comm.accumulation_sync"), j.comm().accumulation_sync(), {"", "once", "every_micro_batch"}));
@@ -312,13 +313,20 @@ Check CheckScenario(const v1::Scenario& s) {
   FD_CHECK(CheckJob(s.job(), "job"));
   for (int i = 0; i < s.faults_size(); ++i) FD_CHECK(CheckFault(s, i));
   // A fault whose harm verification cannot measure would let an unfixed
-  // job pass: a flipped mantissa bit moves no throughput, skew or loss.
-  for (int i = 0; i < s.faults_size(); ++i)
-    if (s.faults(i).kind() == "silent_divergence")
-      return Fail(Indexed("faults", i) + ".kind",
-                  "silent_divergence cannot be a drill's fault yet: verification judges throughput, rank skew and "
-                  "loss, which a flipped mantissa bit leaves as they were, so an unfixed job would pass (it needs a "
-                  "replica-agreement check in verify first)");
+  // job pass: a flipped mantissa bit moves no throughput, skew or loss, so
+  // only comparing the parameters with a reference run judges that fix.
+  for (int i = 0; i < s.faults_size(); ++i) {
+    const v1::FaultSpec& f = s.faults(i);
+    if (f.kind() != "silent_divergence") continue;
+    const std::string p = Indexed("faults", i);
+    if (!s.verify().params_vs_reference())
+      return Fail(p + ".kind",
+                  "silent_divergence needs verify.params_vs_reference: true (throughput, rank skew and loss stay as "
+                  "they were after a flipped mantissa bit, so only the parameters can tell a fixed job)");
+    if (s.job().checkpoint().every() <= 0)
+      return Fail(p + ".kind", "silent_divergence needs job.checkpoint.every > 0: the remedy rolls back to a "
+                               "checkpoint written before the replicas went apart");
+  }
   FD_CHECK(CheckAnswer(s));
   FD_CHECK(CheckRemediations(s));
   for (int i = 0; i < s.may_change_size(); ++i) {

@@ -57,6 +57,7 @@ const std::vector<Case> kCases = {
     {"platform-launcher", 93, {"lr-divergence"}},
     {"shared-training-loop", 95, {"grad-accumulation-bug"}},
     {"smaller-cards", 96, {"grad-accumulation-bug"}},
+    {"registry-refused", 97, {"silent-divergence"}},
 };
 
 class ScenarioTest : public ControllerTest {
@@ -246,6 +247,11 @@ TEST_F(ScenarioTest, NothingALearnerReadsNamesTheFaultOrTheAnswer) {
           for (std::string col; cols >> col;) feature_classes["column " + col].insert(answer_class);
         }
       }
+    }
+    // The newest checkpoint verified, its replicas compared.
+    if (auto ck = c().ListCheckpoints(info->session_id()); ck.ok() && ck->checkpoints_size() > 0) {
+      Cli({"ckpt", "verify", std::to_string(ck->checkpoints(0).step()), "--session", info->session_id()}, &out);
+      text += out + "\n";
     }
     // Probes, where the job is stepping (on a hung one they wait for a step
     // boundary that never comes).

@@ -302,6 +302,61 @@ TEST_F(CheckpointTest, PruneKeepsTheNewestValid) {
     EXPECT_EQ(e.path().filename().string().rfind("step-", 0), 0u) << e.path();
 }
 
+// keep_period: the newest `keep` plus every multiple of the period, so an
+// old good checkpoint survives however long the job runs after it.
+TEST_F(CheckpointTest, PruneKeepsMultiplesOfTheKeepPeriod) {
+  for (int s : {20, 40, 60, 80, 100, 120}) Write(s, 1);
+  ASSERT_TRUE(PruneCheckpoints(root_, 2, 40).ok());
+  std::vector<int64_t> steps;
+  auto list = ListCheckpoints(root_);
+  for (const auto& c : *list) steps.push_back(c.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{120, 100, 80, 40}));
+}
+
+// Each rank's model replica as its shard holds it: one flipped bit in one
+// rank's copy of one tensor shows as that rank's hash, and only there.
+TEST_F(CheckpointTest, ReplicasAreComparedTensorByTensor) {
+  const std::string dir = StepDir(root_, 30);
+  Manifest m;
+  m.step = 30;
+  m.world_size = 3;
+  for (int r = 0; r < 3; ++r) {
+    ShardData d = MakeShard(0, 30);  // the same replica on every rank
+    d.tensors["optim/momentum/fc1.weight"] = at::full({4}, static_cast<float>(r));  // not compared
+    if (r == 2) {
+      at::Tensor w = d.tensors["model/fc1.weight"].detach().clone();
+      int32_t bits;
+      float v = w[3][3].item<float>();
+      std::memcpy(&bits, &v, 4);
+      bits ^= 1 << 20;
+      std::memcpy(&v, &bits, 4);
+      w[3][3] = v;
+      d.tensors["model/fc1.weight"] = w;
+    }
+    ShardInfo info;
+    ASSERT_TRUE(WriteShard(dir, r, d, &info).ok());
+    m.shards.push_back(info);
+  }
+  ASSERT_TRUE(WriteManifest(dir, m).ok());
+  auto reps = CompareReplicas(dir);
+  ASSERT_TRUE(reps.ok()) << reps.status().message();
+  ASSERT_EQ(reps->size(), 4u);  // the model tensors only, prefix stripped, in name order
+  EXPECT_EQ((*reps)[0].name, "fc1.bias");
+  for (const auto& t : *reps) {
+    ASSERT_EQ(t.sha256.size(), 3u) << t.name;
+    EXPECT_EQ(t.sha256[0], t.sha256[1]) << t.name;
+    if (t.name == "fc1.weight") {
+      EXPECT_EQ(t.numel, 128);
+      EXPECT_NE(t.sha256[2], t.sha256[0]);
+    } else {
+      EXPECT_EQ(t.sha256[2], t.sha256[0]) << t.name;
+    }
+  }
+  // A damaged shard is refused as a resume would refuse it.
+  { std::ofstream(dir + "/rank-1.pt", std::ios::app) << "x"; }
+  EXPECT_FALSE(CompareReplicas(dir).ok());
+}
+
 TEST_F(CheckpointTest, ShardBytesAreExactlyPickleSave) {
   // The streamed encoder must produce torch.save's format byte for byte.
   ShardData d;

@@ -242,6 +242,10 @@ TEST(ParseSettingTest, SplitsAtTheFirstEquals) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->key(), "k");
   EXPECT_EQ(s->value(), "a=b");
+
+  s = ParseSetting("checkpoint.resume_from=");  // from step 0: the one key whose "none" is empty
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->value(), "");
 }
 
 TEST(ParseSettingTest, RejectsMissingKeyValueOrEquals) {

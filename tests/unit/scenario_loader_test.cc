@@ -182,10 +182,25 @@ TEST(ScenarioLoader, UnknownFaultKindListsKnownKinds) {
             "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, comm_misconfig, silent_divergence, slow_link");
 }
 
-TEST(ScenarioLoader, AFaultVerificationCannotMeasureIsRefused) {
+// kGood as a silent-divergence drill: `verify` and `checkpoint` as given.
+std::string Divergence(const std::string& verify, const std::string& checkpoint) {
   std::string sd = With("slowdown: 2.0", "bit: 3");
   sd.replace(sd.find("kind: straggler"), 15, "kind: silent_divergence");
-  EXPECT_NE(ErrorOf(sd).find("faults[0].kind: silent_divergence cannot be a drill's fault yet"), std::string::npos) << ErrorOf(sd);
+  sd.replace(sd.find("verify: {"), 9, "verify: {" + verify);
+  sd.replace(sd.find("  comm:"), 0, checkpoint);
+  return sd;
+}
+
+TEST(ScenarioLoader, AFaultVerificationCannotMeasureIsRefused) {
+  const std::string ck = "  checkpoint: {dir: /tmp/x, every: 5}\n";
+  EXPECT_NE(ErrorOf(Divergence("", ck)).find("faults[0].kind: silent_divergence needs verify.params_vs_reference: true"),
+            std::string::npos)
+      << ErrorOf(Divergence("", ck));
+  EXPECT_NE(ErrorOf(Divergence("params_vs_reference: true, ", "")).find("needs job.checkpoint.every > 0"),
+            std::string::npos);
+  const std::string ok = Divergence("params_vs_reference: true, ", ck);
+  auto parsed = ParseScenario(ok, "t.yaml");
+  EXPECT_TRUE(parsed.ok()) << parsed.status().message();
 }
 
 TEST(ScenarioLoader, FaultParamsAreValidatedByTheKind) {

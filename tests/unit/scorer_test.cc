@@ -296,6 +296,19 @@ TEST_F(ScorerTest, ReplacingHostsThatAreNotCulpritsIsCollateral) {
   EXPECT_EQ(ItemNamed(Score(in), "collateral").points(), -12);
 }
 
+TEST_F(ScorerTest, RestartingFromScratchIsCollateral) {
+  auto* set = record.mutable_fix()->add_settings();
+  set->set_key("checkpoint.resume_from");
+  set->set_value("");
+  EXPECT_TRUE(CollateralActions(record, record.fix()).empty()) << "a job without checkpoints has none to lose";
+  record.mutable_job()->mutable_checkpoint()->set_every(20);
+  const auto c = CollateralActions(record, record.fix());
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_NE(c[0].find("restarted the job from scratch"), std::string::npos) << c[0];
+  set->set_value("/ck/step-500");  // a roll-back to a checkpoint is no collateral
+  EXPECT_TRUE(CollateralActions(record, record.fix()).empty());
+}
+
 TEST_F(ScorerTest, TwoFindingsShareThePointsAndAnExtraOneCosts) {
   record.clear_answer_findings();
   *record.add_answer_findings() = F("straggler", {2});
