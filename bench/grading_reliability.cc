@@ -75,6 +75,7 @@ v1::ApplyFixRequest WrongFix(const v1::Scenario& sc, int culprit) {
   else if (id == "platform-launcher") set("optim.warmup_steps", "100");  // the spike goes, the rate stays
   else if (id == "smaller-cards") set("optim.warmup_steps", "100");  // a ramp to the same 4x steps
   else if (id == "shared-training-loop") set("comm.bucket_mb", "100");  // bigger buckets, still one all-reduce per micro-batch
+  else if (id == "registry-refused") f.add_replace_host_ranks(culprit);  // the elastic restart: from the newest checkpoint
   else f.add_replace_host_ranks(culprit >= 0 ? (culprit + 1) % world : 0);     // a healthy host
   return f;
 }
@@ -177,6 +178,31 @@ Trial Play(cli::DrillClient& c, const v1::Scenario& sc, int64_t seed, bool accep
   d.set_session_id(id);
   (void)c.SubmitDiagnosis(d);
   v1::ApplyFixRequest fix = accepted ? AcceptedFix(sc, *faults) : WrongFix(sc, culprit);
+  if (sc.verify().params_vs_reference() && faults.ok()) {
+    // A roll-back drill: the fault has struck and a checkpoint has been
+    // written after it (else the newest one is still clean and restarting
+    // from it is right); the accepted fix resumes from the newest
+    // checkpoint written before the trigger.
+    int64_t trigger = 0;
+    for (const auto& f : *faults) trigger = std::max<int64_t>(trigger, f.trigger_step());
+    const int64_t past = trigger + 2 * sc.job().checkpoint().every();
+    for (int i = 0; i < 600; ++i) {  // 2 min
+      auto st = c.GetStatus(id);
+      if (st.ok() && st->run().steps_done() >= past) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    if (accepted) {
+      auto list = c.ListCheckpoints(id);
+      if (list.ok())
+        for (const auto& e : list->checkpoints())  // newest first
+          if (e.valid() && e.step() <= trigger) {
+            auto* s = fix.add_settings();
+            s->set_key("checkpoint.resume_from");
+            s->set_value(e.dir());
+            break;
+          }
+    }
+  }
   fix.set_session_id(id);
   if (auto f = c.ApplyFix(fix); !f.ok()) {
     t.detail = "fix refused: " + f.status().message();

@@ -540,7 +540,11 @@ std::string RollbackPoint(const std::vector<v1::VerifyCheckpointResponse>& verif
       *why += (why->empty() ? "" : "; ") + step + " invalid";
       continue;
     }
-    if (c.replicas_size() == 0 || differ > 0) {
+    if (c.replicas_size() == 0) {
+      *why += (why->empty() ? "" : "; ") + step + ": its replicas were not compared";
+      continue;
+    }
+    if (differ > 0) {
       *why += (why->empty() ? "" : "; ") + step + ": " + std::to_string(differ) + " of " +
               std::to_string(c.replicas_size()) + " model tensors differ between the ranks' shards";
       continue;
@@ -588,6 +592,8 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     return true;
   };
   bool healthy = false;
+  bool replicas_checked = false;
+  AutopilotFinding replicas_apart;  // found: the replicas differ (ReasonChecksums)
   // Fast and even is not the same as learning: once the main run has run
   // the baseline's steps, its loss beside the baseline's over them (same
   // seed, data and initial weights). A loss far off the baseline's is
@@ -633,6 +639,16 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
       failed = failed || r.state() == "failed";
     }
     if (!full && !failed) continue;
+    // Half a minute without a settled finding: before looking longer at
+    // numbers that do not agree, compare the replicas (once).
+    if (!replicas_checked && !failed && std::chrono::steady_clock::now() - running_since > std::chrono::seconds(30)) {
+      replicas_checked = true;
+      v1::RunProbeRequest pr;
+      pr.set_session_id(id);
+      pr.mutable_spec()->set_op("checksum");
+      if (auto sums = client.RunProbe(pr); sums.ok()) replicas_apart = ReasonChecksums(*sums);
+      if (replicas_apart.found) break;
+    }
     // A job that stopped moving first: its last window's phase times are
     // stale and say nothing about why. Until it has been still long enough
     // to call it hung, a look at an unchanged window is no new evidence.
@@ -706,13 +722,13 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
            "ending the session\n";
     (void)client.EndSession(id, std::chrono::seconds(60));
     return 1;
-  } else if (!settled() && !healthy) {
+  } else if (!settled() && !healthy && !replicas_apart.found) {
     out << "autopilot: no consistent finding in the telemetry; ending the session\n";
     (void)client.EndSession(id, std::chrono::seconds(60));
     return 1;
   }
   PrintStatus(*st, out);
-  if (healthy) {
+  if (healthy || replicas_apart.found) {
     // Fast, even and learning as it should: the replicas may still have
     // gone apart, which no throughput or loss shows. Compare them.
     v1::RunProbeRequest pr;

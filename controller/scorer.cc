@@ -339,8 +339,11 @@ std::vector<std::string> CollateralActions(const v1::SessionRecord& record, cons
     out.push_back("replaced the host of rank " + std::to_string(r) + ", which is not a culprit");
   }
   // Restarting from scratch throws away every checkpoint the job wrote.
+  bool cadence_set = false;  // a fix that also turns checkpoints off still threw them away
+  for (const auto& kv : fix.settings()) cadence_set = cadence_set || kv.key() == "checkpoint.every";
   for (const auto& kv : fix.settings())
-    if (kv.key() == "checkpoint.resume_from" && kv.value().empty() && record.job().checkpoint().every() > 0)
+    if (kv.key() == "checkpoint.resume_from" && kv.value().empty() &&
+        (record.job().checkpoint().every() > 0 || cadence_set))
       out.push_back("restarted the job from scratch (checkpoint.resume_from cleared), throwing away its checkpoints");
   return out;
 }

@@ -134,10 +134,14 @@ StatusOr<v1::VerifyCheckpointResponse> SessionManager::VerifyCheckpoint(const v1
   if (r->exit_code != 0 && r->exit_code != 1)
     return Internal(opts_.ckpt_bin + " verify exited " + std::to_string(r->exit_code) +
                     (r->output.empty() ? " and said nothing" : ": " + r->output));
-  const auto j = nlohmann::json::parse(r->output, nullptr, false);
+  // Its JSON object (a library's warning on stderr may come first).
+  const size_t brace = r->output.find('{');
+  const auto j = brace == std::string::npos ? nlohmann::json() : nlohmann::json::parse(r->output.substr(brace), nullptr, false);
   if (!j.is_object() || !j.contains("detail"))
     return Internal(opts_.ckpt_bin + " verify printed no JSON object: " + r->output.substr(0, 300));
-  out.set_valid(r->exit_code == 0);
+  // Valid as a resume would find it, even where its replicas could not be
+  // compared (the detail says why).
+  out.set_valid(Field(j, "valid", false));
   out.set_detail(Field(j, "detail", std::string()));
   // Each model tensor as every rank's shard holds it.
   const auto reps = j.find("replicas");

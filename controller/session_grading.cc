@@ -9,6 +9,8 @@
 // the record once the session is over; before that, only what was submitted.
 #include <algorithm>
 #include <filesystem>
+#include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,10 +21,9 @@
 namespace firedrill::controller {
 
 Status SessionManager::MeasureRun(Session& s, Lock& lock, RunKind kind, const v1::JobSpec* job,
-                                  bool with_faults, WindowStats* out, int64_t steps) {
+                                  bool with_faults, WindowStats* out) {
   const v1::VerifySpec& spec = s.scenario->verify();
-  const int64_t run = std::max<int64_t>(steps, spec.warmup_steps() + spec.window_steps());
-  FD_RETURN_IF_ERROR(RunJob(s, lock, kind, run, with_faults, job));
+  FD_RETURN_IF_ERROR(RunJob(s, lock, kind, spec.warmup_steps() + spec.window_steps(), with_faults, job));
   const v1::JobSpec& j = job ? *job : s.rec.job();
   // A job resumed from a checkpoint counts its steps from there: the
   // window is the run's own, after its warm-up.
@@ -36,18 +37,23 @@ namespace {
 
 // Each rank's digest of its parameters after the last step of the run that
 // just ended (StepReport.params_sha256), or why there is none.
-StatusOr<std::vector<std::string>> FinalDigests(const std::vector<std::vector<v1::StepReport>>& by_rank) {
+StatusOr<std::vector<std::string>> FinalDigests(const std::vector<std::vector<v1::StepReport>>& by_rank,
+                                                int64_t end_step) {
   std::vector<std::string> out;
   for (size_t r = 0; r < by_rank.size(); ++r) {
     if (by_rank[r].empty() || by_rank[r].back().params_sha256().empty())
       return Internal("rank " + std::to_string(r) + " reported no parameter digest for the last step of its run");
+    if (by_rank[r].back().step() + 1 != end_step)
+      return Internal("rank " + std::to_string(r) + "'s run ended after step " +
+                      std::to_string(by_rank[r].back().step() + 1) + ", not " + std::to_string(end_step));
     out.push_back(by_rank[r].back().params_sha256());
   }
   return out;
 }
 
 // The step a resume from `dir` (".../step-N") starts at; 0 for none.
-int64_t ResumeStep(const std::string& dir) {
+int64_t ResumeStep(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const std::string base = std::filesystem::path(dir).filename().string();
   if (base.rfind("step-", 0) != 0) return 0;
   try {
@@ -57,37 +63,65 @@ int64_t ResumeStep(const std::string& dir) {
   }
 }
 
-std::string RanksWhere(const std::vector<std::string>& digests, const std::string& want, bool equal) {
+// The ranks that do not hold the digest most ranks hold; "" if all agree.
+std::string MinorityRanks(const std::vector<std::string>& digests) {
+  std::map<std::string, int> votes;
+  for (const auto& d : digests) ++votes[d];
+  std::string most;
+  int most_n = 0;
+  for (const auto& [d, n] : votes)
+    if (n > most_n) most = d, most_n = n;
   std::string out;
   for (size_t r = 0; r < digests.size(); ++r)
-    if ((digests[r] == want) == equal) out += (out.empty() ? "" : ",") + std::to_string(r);
+    if (digests[r] != most) out += (out.empty() ? "" : ",") + std::to_string(r);
   return out;
 }
 
 }  // namespace
 
 // The fixed job's parameters at the end of its window (`fixed`, by rank)
-// against the reference's: the job as the fix left it, faults off, run from
-// step 0 to the same step. Sets params_checked/params_match; an error is a
-// failure to measure.
-Status SessionManager::CompareWithReference(Session& s, Lock& lock, const v1::JobSpec& reference, int64_t end_step,
-                                            const std::vector<std::string>& fixed, v1::Verification* out) {
+// against the reference's: the job as the fix left it, faults off, run
+// `steps` steps to `end_step` from a point the faults had not reached. Sets
+// params_checked/params_match; an error is a failure to measure.
+Status SessionManager::CompareWithReference(Session& s, Lock& lock, const v1::JobSpec& reference, int64_t steps,
+                                            int64_t end_step, const std::vector<std::string>& fixed,
+                                            v1::Verification* out) {
   AddEvent(s, "verification", -1,
-           "reference: the job as fixed, without the faults, from step 0 to step " + std::to_string(end_step));
+           "reference: the job as fixed, without the faults, " +
+               (reference.checkpoint().resume_from().empty() ? std::string("from step 0")
+                                                             : "from " + reference.checkpoint().resume_from()) +
+               " to step " + std::to_string(end_step));
   FD_RETURN_IF_ERROR(EnsureAgents(s, lock));
-  FD_RETURN_IF_ERROR(RunJob(s, lock, RunKind::kHealthy, end_step, false, &reference));
-  auto ref = FinalDigests(StepsByRank(s));
+  FD_RETURN_IF_ERROR(RunJob(s, lock, RunKind::kHealthy, steps, false, &reference));
+  auto ref = FinalDigests(StepsByRank(s), end_step);
   if (!ref.ok()) return ref.status();
   // Without faults every replica ends the same; if not, this machine's
   // arithmetic is not reproducible and nothing can be judged bitwise.
-  const std::string ref_odd = RanksWhere(*ref, (*ref)[0], false);
+  const std::string ref_odd = MinorityRanks(*ref);
   if (!ref_odd.empty())
-    return Internal("the reference run's replicas ended different (ranks " + ref_odd +
-                    " against rank 0) without any fault: the comparison cannot be made on this machine");
+    return Internal("the reference run's replicas ended different (rank(s) " + ref_odd +
+                    ") without any fault: the comparison cannot be made on this machine");
   out->set_params_checked(true);
-  const std::string off = RanksWhere(fixed, (*ref)[0], false);
-  out->set_params_match(off.empty());
+  out->set_params_match(std::all_of(fixed.begin(), fixed.end(), [&](const std::string& d) { return d == (*ref)[0]; }));
   return Status::Ok();
+}
+
+// Where the reference run starts: the fix's own checkpoint if it was written
+// before the earliest fault's trigger step, else the newest valid checkpoint
+// of the job that was (else step 0, ""). A checkpoint of step N holds steps
+// 0..N-1, untouched by a fault that acts from step N on.
+StatusOr<std::string> SessionManager::CleanStart(Session& s, Lock& lock, const std::string& resume) {
+  int64_t first_trigger = std::numeric_limits<int64_t>::max();
+  for (const auto& f : s.rec.faults()) first_trigger = std::min<int64_t>(first_trigger, f.trigger_step());
+  if (resume.empty() || ResumeStep(resume) <= first_trigger) return resume;
+  const std::string dir = s.rec.job().checkpoint().dir();
+  lock.unlock();
+  auto list = CheckpointsIn(dir);
+  lock.lock();
+  if (!list.ok()) return list.status();
+  for (const auto& e : *list)  // newest first
+    if (e.valid() && e.step() <= first_trigger) return e.dir();
+  return std::string();
 }
 
 v1::Verification SessionManager::VerifyFix(Session& s, Lock& lock) {
@@ -156,37 +190,37 @@ v1::Verification SessionManager::VerifyFix(Session& s, Lock& lock) {
     // Every run starts on a full set of agents (one lost in the healthy run
     // is the machine's doing, not the fix's).
     if (Status st = EnsureAgents(s, lock); !st.ok()) return failed("could not restart the job's agents: " + st.message());
-    // Where the parameters are judged, the first fixed run goes on past the
-    // step the fault struck at, wherever it resumed: a fix that kept the bad
-    // host meets the fault again.
-    int64_t fixed_steps = 0;
-    if (i == 0 && spec.params_vs_reference()) {
-      int64_t last_trigger = 0;
-      for (const auto& f : s.rec.faults()) last_trigger = std::max<int64_t>(last_trigger, f.trigger_step());
-      fixed_steps = last_trigger + 1 - ResumeStep(*resume);
-    }
-    const Status b = MeasureRun(s, lock, RunKind::kVerify, &fixed, true, &p.fixed, fixed_steps);
+    const Status b = MeasureRun(s, lock, RunKind::kVerify, &fixed, true, &p.fixed);
     if (s.end_requested) return failed("the session ended during verification");
     if (!b.ok()) return failed("the fixed job did not complete a verification window: " + b.message());
     pairs.push_back(p);
     if (i == 0 && spec.params_vs_reference()) {
       // Once: the fixed run's end against the same job's without the fault.
+      // (A kept bad host takes its hit at the first step of every later run.)
       const int64_t end_step = std::max<int64_t>(0, s.run->first_step) + s.run->steps_total;
-      auto fixed_digests = FinalDigests(StepsByRank(s));
+      auto fixed_digests = FinalDigests(StepsByRank(s), end_step);
       if (!fixed_digests.ok()) return failed("could not compare the parameters: " + fixed_digests.status().message());
-      const Status c = CompareWithReference(s, lock, for_run(s.rec.job(), "reference", false), end_step,
-                                            *fixed_digests, &params);
+      auto from = CleanStart(s, lock, *resume);
+      if (!from.ok()) return failed("could not find where the reference run starts: " + from.status().message());
+      v1::JobSpec reference = for_run(s.rec.job(), "reference", false);
+      reference.mutable_checkpoint()->set_resume_from(*from);
+      Status c = CompareWithReference(s, lock, reference, end_step - ResumeStep(*from), end_step, *fixed_digests,
+                                      &params);
+      if (!c.ok() && !s.end_requested) {
+        // The reference failing is the machine's problem: on fresh agents, once more.
+        AddEvent(s, "verification", -1, "the reference run did not complete (" + c.message() + "); running it again");
+        c = CompareWithReference(s, lock, reference, end_step - ResumeStep(*from), end_step, *fixed_digests, &params);
+      }
       if (s.end_requested) return failed("the session ended during verification");
       if (!c.ok()) return failed("could not compare the parameters with a reference run: " + c.message());
-      const std::string odd = RanksWhere(*fixed_digests, (*fixed_digests)[0], false);
+      const std::string odd = MinorityRanks(*fixed_digests);
+      const std::string at = "parameters at step " + std::to_string(end_step) + ": ";
       params_detail =
           params.params_match()
-              ? "parameters at step " + std::to_string(end_step) +
-                    ": every rank's bitwise the same as the job's run without the fault from step 0"
-              : "parameters at step " + std::to_string(end_step) + ": " +
-                    (odd.empty() ? "the replicas agree with each other"
-                                 : "rank(s) " + odd + " differ from rank 0") +
-                    ", and they are not what the job reaches without the fault from step 0";
+              ? at + "every rank's bitwise the same as the job's without the fault"
+              : at + (odd.empty() ? "the replicas agree with each other" : "rank(s) " + odd + " differ from the rest") +
+                    ", and they are not what the job reaches without the fault (a job that kept a bad host, or "
+                    "resumed from a checkpoint written after the replicas went apart, ends elsewhere)";
       if (!params.params_match()) return with_params(Verify(pairs, spec));
     }
     if (i + 1 < n && VerdictDecided(pairs, n, spec)) {

@@ -225,14 +225,15 @@ class SessionManager : public AgentListener {
   // checkpoint.resume_from with "latest" resolved, now, to the newest valid
   // checkpoint in the job's directory; "" for none (from step 0).
   StatusOr<std::string> VerifyResumePoint(Session& s, Lock& lock);
-  // Runs `reference` (faults off) to `end_step` and compares its parameters
-  // with `fixed` (by rank): verify.params_vs_reference.
-  Status CompareWithReference(Session& s, Lock& lock, const v1::JobSpec& reference, int64_t end_step,
+  // Runs `reference` (faults off) `steps` steps to `end_step` and compares
+  // its parameters with `fixed` (by rank): verify.params_vs_reference.
+  Status CompareWithReference(Session& s, Lock& lock, const v1::JobSpec& reference, int64_t steps, int64_t end_step,
                               const std::vector<std::string>& fixed, v1::Verification* out);
+  // Where that reference starts: a checkpoint no fault had reached yet.
+  StatusOr<std::string> CleanStart(Session& s, Lock& lock, const std::string& resume);
   // Runs `job` (or the session's) for one verification window and measures it.
-  // `steps` > 0 runs that many (the window is still its first ones).
   Status MeasureRun(Session& s, Lock& lock, RunKind kind, const v1::JobSpec* job, bool with_faults,
-                    WindowStats* out, int64_t steps = 0);
+                    WindowStats* out);
   v1::RunSummary Summarize(const Session& s, int window) const;
   std::vector<std::vector<v1::StepReport>> StepsByRank(const Session& s) const;
   // A rank slot for a new agent: nothing of the old one's but the curve of

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cstdio>
 #include <set>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -326,6 +327,17 @@ Check CheckScenario(const v1::Scenario& s) {
     if (s.job().checkpoint().every() <= 0)
       return Fail(p + ".kind", "silent_divergence needs job.checkpoint.every > 0: the remedy rolls back to a "
                                "checkpoint written before the replicas went apart");
+    // And one such checkpoint must outlive the pruning, however late the
+    // learner looks: the first step kept for good comes before the fault.
+    const auto& ck = s.job().checkpoint();
+    const int64_t first = f.trigger().step().has_draw() ? f.trigger().step().draw().lo() : f.trigger().step().value();
+    const int64_t kept = ck.keep() == 0 ? ck.every() : ck.keep_period() > 0 ? std::lcm<int64_t>(ck.every(), ck.keep_period()) : 0;
+    if (kept == 0 || kept > first)
+      return Fail(p + ".trigger.step",
+                  "can be " + std::to_string(first) + ", before the first checkpoint kept for good (" +
+                      (kept == 0 ? std::string("checkpoint.keep > 0 and no keep_period: none is")
+                                 : "step " + std::to_string(kept)) +
+                      "): the only fix left would be a restart from scratch");
   }
   FD_CHECK(CheckAnswer(s));
   FD_CHECK(CheckRemediations(s));

@@ -13,7 +13,9 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
+#include "cli/autopilot.h"
 #include "cli/commands.h"
 #include "faults/registry.h"
 #include "tests/e2e/harness.h"
@@ -164,6 +166,59 @@ TEST_F(ScenarioTest, AWarmUpAloneDoesNotFixTheLinearRuleOnAdam) {
   // to is still 32 times optim.lr and the loss stays far above the
   // healthy job's.
   ExpectWrongFixFails(c(), "platform-launcher", 94, "fp16-overflow", "optim.warmup_steps", "100");
+}
+
+TEST_F(ScenarioTest, AnElasticRestartFromTheNewestCheckpointCarriesTheDivergence) {
+  // The bad host replaced, the job restarted from its newest checkpoint (as
+  // an elastic launcher would): the broadcast makes the replicas agree
+  // again, but every step since the flip averaged the bad replica's
+  // gradient into the update, so the job is not where it would have been.
+  auto info = StartRunning(c(), "registry-refused", 98);
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  v1::RunProbeRequest pr;
+  pr.set_session_id(info->session_id());
+  pr.mutable_spec()->set_op("checksum");
+  cli::AutopilotFinding odd;
+  for (int i = 0; i < 60 && !odd.found; ++i) {
+    auto sums = c().RunProbe(pr);  // refused until the main run steps
+    if (sums.ok()) odd = cli::ReasonChecksums(*sums);
+    if (!odd.found) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  ASSERT_TRUE(odd.found) << "the replicas never went apart";
+  ASSERT_EQ(odd.ranks.size(), 1u);
+  // And the newest checkpoint was written after that (a restart from one
+  // written before the flip is a right fix).
+  bool newest_apart = false;
+  for (int i = 0; i < 60 && !newest_apart; ++i) {
+    auto list = c().ListCheckpoints(info->session_id());
+    ASSERT_TRUE(list.ok()) << list.status().message();
+    if (list->checkpoints_size() > 0) {
+      auto v = c().VerifyCheckpoint(info->session_id(), list->checkpoints(0).step());
+      ASSERT_TRUE(v.ok()) << v.status().message();
+      for (const auto& t : v->replicas()) newest_apart = newest_apart || t.distinct() > 1;
+    }
+    if (!newest_apart) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  ASSERT_TRUE(newest_apart) << "no checkpoint was written after the replicas went apart";
+  v1::SubmitDiagnosisRequest d;
+  d.set_session_id(info->session_id());
+  v1::Finding* f = d.add_findings();
+  f->set_cause("silent-divergence");
+  f->add_culprit_ranks(odd.ranks[0]);
+  ASSERT_TRUE(c().SubmitDiagnosis(d).ok());
+  v1::ApplyFixRequest fix;
+  fix.set_session_id(info->session_id());
+  fix.add_replace_host_ranks(odd.ranks[0]);
+  auto score = FixAndScore(c(), fix);
+  ASSERT_TRUE(score.ok()) << score.status().message();
+  const v1::Verification& v = score->verification();
+  EXPECT_FALSE(v.passed()) << v.detail();
+  EXPECT_TRUE(v.params_checked());
+  EXPECT_FALSE(v.params_match());
+  EXPECT_NE(v.detail().find("the replicas agree with each other, and they are not what the job reaches"),
+            std::string::npos)
+      << v.detail();
+  EXPECT_GE(v.throughput_ratio(), 0.5) << "the speed was never the problem";
 }
 
 // All text a learner can read before diagnosing, with the scenario ids cut

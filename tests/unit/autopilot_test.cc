@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <cmath>
 
 namespace firedrill::cli {
@@ -293,6 +295,61 @@ TEST(AutopilotTrace, CountsAllReducesPerStepWithTheirSizeAndTime) {
   EXPECT_NE(e.find("steps 10-12 shows 4 all-reduce(s) per step"), std::string::npos) << e;
   EXPECT_NE(e.find("1.50 ms each"), std::string::npos) << e;
   EXPECT_EQ(TraceEvidence(v1::TraceResponse()), "");
+}
+
+}  // namespace
+}  // namespace firedrill::cli
+
+namespace firedrill::cli {
+namespace {
+
+v1::ParamChecksums Sums(const std::string& name, std::vector<std::string> by_rank) {
+  v1::ParamChecksums p;
+  p.set_name(name);
+  std::set<std::string> distinct(by_rank.begin(), by_rank.end());
+  for (auto& h : by_rank) p.add_sha256(h);
+  p.set_distinct(static_cast<int>(distinct.size()));
+  return p;
+}
+
+TEST(AutopilotReplicas, TheRankHoldingOtherBytesThanMostIsTheCulprit) {
+  v1::RunProbeResponse r;
+  *r.add_checksums() = Sums("0.weight", {"a", "a", "a", "a"});
+  EXPECT_FALSE(ReasonChecksums(r).found) << "replicas that agree are no finding";
+  *r.add_checksums() = Sums("2.weight", {"b", "b", "b", "c"});
+  AutopilotFinding f = ReasonChecksums(r);
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.cause, "silent-divergence");
+  EXPECT_EQ(f.ranks, std::vector<int>{3});
+  ASSERT_EQ(f.fix.replace_host_ranks_size(), 1);
+  EXPECT_EQ(f.fix.replace_host_ranks(0), 3);
+  // Rank 0 as the odd one: the majority decides, not rank 0.
+  *r.mutable_checksums(1) = Sums("2.weight", {"c", "b", "b", "b"});
+  EXPECT_EQ(ReasonChecksums(r).ranks, std::vector<int>{0});
+  // Two against two: no side to call wrong.
+  *r.mutable_checksums(1) = Sums("2.weight", {"c", "c", "b", "b"});
+  EXPECT_FALSE(ReasonChecksums(r).found);
+}
+
+TEST(AutopilotReplicas, RollsBackToTheNewestCheckpointWhoseReplicasAgree) {
+  auto ck = [](int64_t step, bool valid, std::vector<std::string> hashes) {
+    v1::VerifyCheckpointResponse c;
+    c.set_step(step);
+    c.set_dir("/ck/step-" + std::to_string(step));
+    c.set_valid(valid);
+    if (!hashes.empty()) *c.add_replicas() = Sums("2.weight", hashes);
+    return c;
+  };
+  std::string why;
+  EXPECT_EQ(RollbackPoint({ck(1500, true, {"x", "y", "x", "x"}), ck(1000, false, {}), ck(900, true, {}),
+                           ck(500, true, {"z", "z", "z", "z"})},
+                          &why),
+            "/ck/step-500");
+  EXPECT_NE(why.find("step 1500: 1 of 1 model tensors differ"), std::string::npos) << why;
+  EXPECT_NE(why.find("step 1000 invalid"), std::string::npos) << why;
+  EXPECT_NE(why.find("step 900: its replicas were not compared"), std::string::npos) << why;
+  why.clear();
+  EXPECT_EQ(RollbackPoint({ck(1500, true, {"x", "y", "x", "x"})}, &why), "") << "none agrees: from scratch";
 }
 
 }  // namespace

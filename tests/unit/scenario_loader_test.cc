@@ -198,6 +198,15 @@ TEST(ScenarioLoader, AFaultVerificationCannotMeasureIsRefused) {
       << ErrorOf(Divergence("", ck));
   EXPECT_NE(ErrorOf(Divergence("params_vs_reference: true, ", "")).find("needs job.checkpoint.every > 0"),
             std::string::npos);
+  // Pruned to the newest 3 with nothing kept for good: the checkpoints from
+  // before the flip are gone by the time anyone looks.
+  EXPECT_NE(ErrorOf(Divergence("params_vs_reference: true, ", "  checkpoint: {dir: /tmp/x, every: 5, keep: 3}\n"))
+                .find("faults[0].trigger.step: can be 10, before the first checkpoint kept for good"),
+            std::string::npos);
+  EXPECT_TRUE(ParseScenario(Divergence("params_vs_reference: true, ",
+                                       "  checkpoint: {dir: /tmp/x, every: 5, keep: 3, keep_period: 10}\n"),
+                            "t.yaml")
+                  .ok());
   const std::string ok = Divergence("params_vs_reference: true, ", ck);
   auto parsed = ParseScenario(ok, "t.yaml");
   EXPECT_TRUE(parsed.ok()) << parsed.status().message();
