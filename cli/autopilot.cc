@@ -742,14 +742,14 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
         // Roll back to the newest checkpoint whose replicas agree.
         std::vector<v1::VerifyCheckpointResponse> verified;
         if (auto list = client.ListCheckpoints(id); list.ok()) {
-          std::string why;
-          for (const auto& c : list->checkpoints()) {
+          for (const auto& c : list->checkpoints()) {  // newest first: stop at the first that agrees
             auto v = client.VerifyCheckpoint(id, c.step());
             if (!v.ok()) continue;
             verified.push_back(*v);
-            if (!RollbackPoint(verified, &why).empty()) break;  // newest first: this is it
+            std::string unused;
+            if (!RollbackPoint({*v}, &unused).empty()) break;
           }
-          why.clear();
+          std::string why;
           const std::string dir = RollbackPoint(verified, &why);
           Set(&d.fix, "checkpoint.resume_from", dir);
           d.evidence += ". Checkpoints, newest first: " + why +
