@@ -1,5 +1,6 @@
 #include "agent/agent_client.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -285,6 +286,9 @@ void AgentClient::JobMain(v1::RunJob job) {
     recorder_rank_ = rank;
     probes_ = o.probes;
   }
+  // A host that goes down takes its process with it: no last report, no
+  // goodbye on the stream, as a power loss.
+  o.crash = [](const std::string&) { ::kill(::getpid(), SIGKILL); };
   const double rendezvous_timeout = job.job().comm().timeout_s() + 30.0;
   o.await_store = [this, run_id, rendezvous_timeout] { return AwaitStore(run_id, rendezvous_timeout); };
 

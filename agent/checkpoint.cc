@@ -24,6 +24,7 @@
 #include <optional>
 #include <iterator>
 #include <set>
+#include <thread>
 
 namespace firedrill::agent {
 namespace {
@@ -543,6 +544,8 @@ StatusOr<std::vector<CheckpointSummary>> ListCheckpoints(const std::string& root
     Manifest m;
     Problem p = VerifyProblem(dir, &m);
     s.valid = p.ok();
+    std::error_code mec;
+    s.manifest = fs::exists(Join(dir, kManifestFileName), mec);
     if (!p.ok()) {
       s.reason = Reason(p, dir);
       s.error = p.status().message();
@@ -562,6 +565,80 @@ StatusOr<std::vector<CheckpointSummary>> ListCheckpoints(const std::string& root
     out.push_back(std::move(s));
   }
   return out;
+}
+
+StatusOr<std::string> LatestCheckpoint(const std::string& root) {
+  auto dirs = StepDirs(root);
+  FD_RETURN_IF_ERROR(dirs.status());
+  for (const auto& [step, dir] : *dirs) {
+    std::error_code ec;
+    if (fs::exists(Join(dir, kManifestFileName), ec)) return dir;
+  }
+  return NotFound("no checkpoint with a manifest under " + root +
+                  (dirs->empty() ? std::string(" (none written)") : " (" + std::to_string(dirs->size()) +
+                                                                       " step directories, none complete)"));
+}
+
+namespace {
+Status DamageFile(const std::string& path, const std::string& damage, uint64_t seed, std::string* what) {
+  std::error_code ec;
+  const auto size = static_cast<int64_t>(fs::file_size(path, ec));
+  if (ec) return Internal("cannot stat " + path + ": " + ec.message());
+  if (size <= 0) return FailedPrecondition(path + " is empty: nothing to damage");
+  if (damage == "truncated") {
+    const int64_t to = (size / 2) & ~int64_t{4095};
+    if (::truncate(path.c_str(), to) != 0) return Internal("cannot truncate " + path + ": " + Errno());
+    if (what) *what += path + ": " + std::to_string(size) + " -> " + std::to_string(to) + " bytes\n";
+    return Status::Ok();
+  }
+  if (damage != "bit_rot") return InvalidArgument("unknown damage '" + damage + "' (bit_rot | truncated)");
+  const int64_t offset = static_cast<int64_t>(seed % static_cast<uint64_t>(size));
+  const int bit = static_cast<int>((seed / static_cast<uint64_t>(size)) % 8);
+  const int fd = ::open(path.c_str(), O_RDWR);
+  if (fd < 0) return Internal("cannot open " + path + ": " + Errno());
+  unsigned char b = 0;
+  Status st;
+  if (::pread(fd, &b, 1, offset) != 1) {
+    st = Internal("cannot read " + path + ": " + Errno());
+  } else {
+    b ^= static_cast<unsigned char>(1u << bit);
+    if (::pwrite(fd, &b, 1, offset) != 1) st = Internal("cannot write " + path + ": " + Errno());
+  }
+  ::close(fd);
+  if (st.ok() && what) *what += path + ": bit " + std::to_string(bit) + " of byte " + std::to_string(offset) + " flipped\n";
+  return st;
+}
+}  // namespace
+
+Status DamageNewestShards(const std::string& root, int rank, const std::string& damage, int count, uint64_t seed,
+                          double manifest_wait_s, std::string* what) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(manifest_wait_s);
+  const std::string shard = ShardFileName(rank);
+  while (true) {
+    auto dirs = StepDirs(root);
+    FD_RETURN_IF_ERROR(dirs.status());
+    std::vector<std::string> targets;
+    bool waiting = false;
+    for (const auto& [step, dir] : *dirs) {
+      std::error_code ec;
+      if (!fs::exists(Join(dir, shard), ec)) continue;
+      if (!fs::exists(Join(dir, kManifestFileName), ec)) {
+        // The newest save holding this rank's shard: its manifest is due.
+        if (targets.empty()) waiting = true;
+        continue;
+      }
+      targets.push_back(dir);
+      if (static_cast<int>(targets.size()) == count) break;
+    }
+    if (waiting && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    if (targets.empty()) return FailedPrecondition("no complete checkpoint under " + root + " holds " + shard);
+    for (size_t i = 0; i < targets.size(); ++i)
+      FD_RETURN_IF_ERROR(DamageFile(Join(targets[i], shard), damage, seed + 7919 * i, what));
+    return Status::Ok();
+  }
 }
 
 StatusOr<std::string> LatestValidCheckpoint(const std::string& root) {

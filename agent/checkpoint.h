@@ -84,6 +84,7 @@ struct CheckpointSummary {
   int64_t bytes = 0;            // sum of shard file sizes on disk
   int64_t created_unix_ms = 0;  // from the manifest; 0 if unreadable
   bool valid = false;
+  bool manifest = false;        // manifest.json is there (readable or not): `latest` may pick it
   std::string reason;           // why invalid: short, names the file ("rank-1.pt: SHA-256 mismatch ...")
   std::string error;            // the full message VerifyCheckpoint returns
 };
@@ -121,6 +122,25 @@ StatusOr<std::vector<CheckpointSummary>> ListCheckpoints(const std::string& root
 // The newest checkpoint that verifies; NotFound if there is none. Stops
 // hashing at the first valid one.
 StatusOr<std::string> LatestValidCheckpoint(const std::string& root);
+
+// What `checkpoint.resume_from: latest` resumes from: the newest step
+// directory with a manifest.json, as torchtitan takes the newest step with
+// its .metadata and DeepSpeed reads its `latest` tag. A save that never got
+// its manifest is skipped; the shards are not checked here but when they
+// load (LoadShard), so a damaged one fails the resume loudly instead of
+// being passed over in silence. NotFound if there is none.
+StatusOr<std::string> LatestCheckpoint(const std::string& root);
+
+// Damages `rank`'s shard, as it lies on disk, in each of the newest `count`
+// step directories under root that hold it and have a manifest (for drills
+// and tests: faults/corrupt_checkpoint.h). "bit_rot" flips one bit at an
+// offset drawn from `seed`; "truncated" cuts the file to half its size,
+// rounded down to a 4 KiB page (the pages a write-back cache never wrote).
+// When the newest directory holding the shard has no manifest yet, waits
+// for it up to `manifest_wait_s` (rank 0 writes it right after the save's
+// all-reduce). `what` (may be null) gets one line per file damaged.
+Status DamageNewestShards(const std::string& root, int rank, const std::string& damage, int count, uint64_t seed,
+                          double manifest_wait_s, std::string* what);
 
 // Keeps the newest `keep` valid checkpoints and deletes every checkpoint older
 // than the oldest kept one (valid or not). Invalid checkpoints newer than that

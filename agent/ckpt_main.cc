@@ -31,7 +31,7 @@ int List(const std::string& root, bool as_json) {
     for (const auto& c : *list)
       out.push_back({{"step", c.step}, {"dir", c.dir}, {"world_size", c.world_size}, {"shards", c.shards},
                      {"bytes", c.bytes}, {"created", c.created_unix_ms ? fa::FormatUtc(c.created_unix_ms) : ""},
-                     {"created_unix_ms", c.created_unix_ms}, {"valid", c.valid}, {"reason", c.reason},
+                     {"created_unix_ms", c.created_unix_ms}, {"valid", c.valid}, {"manifest", c.manifest}, {"reason", c.reason},
                      {"error", c.error}});
     std::cout << out.dump(2) << "\n";
     return 0;

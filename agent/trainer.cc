@@ -230,6 +230,30 @@ class ParameterBits : public faults::ParameterSeam {
   std::set<faults::FaultId> done_;
 };
 
+// The host seam: this rank's shards on the checkpoint storage, and the
+// process. A crash leaves no line in the log: a host that loses power does
+// not write one.
+class HostUnderRank : public faults::HostSeam {
+ public:
+  HostUnderRank(std::string root, int rank, std::function<void(const std::string&)> crash)
+      : root_(std::move(root)), rank_(rank), crash_(std::move(crash)) {}
+  Status DamageShards(faults::FaultId id, const std::string& damage, int count, uint64_t seed) override {
+    if (!damaged_.insert(id).second) return Status::Ok();
+    if (root_.empty()) return FailedPrecondition("the job writes no checkpoints (checkpoint.dir is empty)");
+    return DamageNewestShards(root_, rank_, damage, count, seed, /*manifest_wait_s=*/10.0, nullptr);
+  }
+  Status Crash(faults::FaultId, const std::string& why) override {
+    if (crash_) crash_(why);
+    return Aborted("rank " + std::to_string(rank_) + ": " + why);
+  }
+
+ private:
+  std::string root_;
+  int rank_;
+  std::function<void(const std::string&)> crash_;
+  std::set<faults::FaultId> damaged_;
+};
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -248,6 +272,7 @@ struct Trainer::Impl {
   std::unique_ptr<faults::LinkModel> link;  // tc on the host's own interface, or waits
   faults::FaultEnvironment environment;
   std::unique_ptr<ParameterBits> parameter_bits;
+  std::unique_ptr<HostUnderRank> host;
   faults::Seams seams;
   std::unique_ptr<faults::FaultRunner> faults;
   // The sleep fallback of a slowed compute phase: (factor - 1) x the compute
@@ -339,8 +364,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
     impl->link = std::make_unique<faults::ShapedLink>(opts.link_ifname);
   }
   impl->parameter_bits = std::make_unique<ParameterBits>(&impl->params, &impl->param_mu);
+  impl->host = std::make_unique<HostUnderRank>(job.checkpoint().dir(), impl->rank, opts.crash);
   impl->seams = faults::Seams{impl->compute.get(), &impl->storage, impl->link.get(), &impl->environment,
-                              impl->parameter_bits.get()};
+                              impl->parameter_bits.get(), impl->host.get()};
   // Measured before any budget applies (the probe's own GEMMs must never be
   // what runs out of simulated memory).
   if (opts.telemetry) impl->peak_flops = PeakMatmulFlops(impl->threads);
@@ -390,9 +416,9 @@ Status Trainer::Impl::Resume(const std::string& who) {
   if (ck.resume_from().empty()) return Status::Ok();
   std::string dir = ck.resume_from();
   if (dir == "latest") {
-    auto latest = LatestValidCheckpoint(ck.dir());
+    auto latest = LatestCheckpoint(ck.dir());
     if (latest.status().code() == StatusCode::kNotFound) {
-      spdlog::info("{}no valid checkpoint under {}; starting from step 0", who, ck.dir());
+      spdlog::info("{}no checkpoint under {}; starting from step 0", who, ck.dir());
       return Status::Ok();
     }
     if (!latest.ok()) return WithPrefix(who + "resume: ", latest.status());

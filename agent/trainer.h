@@ -65,6 +65,10 @@ struct TrainerOptions {
   // Where this rank records its collectives (one is made when null); the
   // agent keeps it to answer flight-recorder dumps while a collective hangs.
   std::shared_ptr<comm::FlightRecorder> recorder;
+  // The host going down (faults/corrupt_checkpoint.h): the agent kills its
+  // own process, as a power loss would, and this never returns. Null (ranks
+  // that are threads of one process): the run fails instead.
+  std::function<void(const std::string& why)> crash;
   // Communication probes requested for this run (agent/probe.h); null: none.
   std::shared_ptr<ProbeMailbox> probes;
 };

@@ -111,6 +111,35 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     out.push_back(f);
     return out;
   }
+  // A restart that died loading its checkpoint: the resume names the shard
+  // and what is wrong with it (each rank loads its own). Which checkpoint to
+  // go back to is for `ckpt list` to say (RunAutopilot).
+  std::vector<int> bad_shard;
+  std::string load_error;
+  for (const auto& r : st.ranks()) {
+    const std::string& m = r.message();
+    if (r.state() != "failed" || m.find("resume from") == std::string::npos) continue;
+    // Its bytes against the manifest (not a world size or config that
+    // changed: that checkpoint is fine, the job is not the same).
+    if (m.find("mismatch (manifest ") == std::string::npos && m.find("missing shard") == std::string::npos &&
+        m.find("no manifest.json") == std::string::npos && m.find("manifest (") == std::string::npos)
+      continue;
+    bad_shard.push_back(r.rank());
+    if (load_error.empty()) load_error = m;
+  }
+  if (!bad_shard.empty()) {
+    f.found = true;
+    f.cause = "corrupt-checkpoint";
+    f.ranks = bad_shard;
+    std::string who;
+    for (int r : bad_shard) who += (who.empty() ? "rank " : ", ") + std::to_string(r);
+    f.evidence = who + " could not resume: \"" + load_error.substr(0, 300) +
+                 "\". Its own shard of the checkpoint the restart took as the latest does not match that "
+                 "checkpoint's manifest, so every restart dies the same way. Resume from the newest checkpoint "
+                 "that verifies.";
+    out.push_back(f);
+    return out;
+  }
   std::vector<const v1::RankStatus*> live;
   for (const auto& r : st.ranks())
     if (r.window_steps() > 0 && r.step_ms() > 0) live.push_back(&r);
@@ -531,6 +560,19 @@ AutopilotFinding ReasonChecksums(const v1::RunProbeResponse& r) {
   return f;
 }
 
+std::string NewestValidCheckpoint(const v1::ListCheckpointsResponse& list, std::string* why) {
+  for (const auto& c : list.checkpoints()) {  // newest first
+    const std::string step = "step " + std::to_string(c.step());
+    if (!c.valid()) {
+      *why += (why->empty() ? "" : "; ") + step + " invalid (" + c.reason() + ")";
+      continue;
+    }
+    *why += (why->empty() ? "" : "; ") + step + " valid, " + std::to_string(c.steps_lost()) + " steps lost";
+    return c.dir();
+  }
+  return "";
+}
+
 std::string RollbackPoint(const std::vector<v1::VerifyCheckpointResponse>& verified, std::string* why) {
   for (const auto& c : verified) {
     int differ = 0;
@@ -767,6 +809,17 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     none.evidence = healthy_why;
     none.fix.set_no_change(true);
     findings = {none};
+  }
+  for (auto& finding : findings) {
+    if (finding.cause != "corrupt-checkpoint") continue;
+    // Back to the newest checkpoint that verifies, as a resume checks it.
+    auto list = client.ListCheckpoints(id);
+    if (!list.ok()) continue;
+    std::string why;
+    const std::string dir = NewestValidCheckpoint(*list, &why);
+    Set(&finding.fix, "checkpoint.resume_from", dir);
+    finding.evidence += " Checkpoints, newest first: " + why +
+                        (dir.empty() ? "; none verifies, so from scratch" : "; resume from " + dir);
   }
   for (auto& finding : findings) {
     if (finding.cause != "small-buckets" && finding.cause != "slow-link") continue;

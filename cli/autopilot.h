@@ -77,6 +77,11 @@ AutopilotFinding ReasonChecksums(const v1::RunProbeResponse& checksums);
 // all agree; "" if none is. `why` says what each one showed.
 std::string RollbackPoint(const std::vector<v1::VerifyCheckpointResponse>& verified, std::string* why);
 
+// The newest checkpoint in `list` (newest first, as `ckpt list` gives it)
+// that verifies, its directory; "" for none. `why` gets each one looked at
+// and its verdict.
+std::string NewestValidCheckpoint(const v1::ListCheckpointsResponse& list, std::string* why);
+
 int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed);
 
 }  // namespace firedrill::cli

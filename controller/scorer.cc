@@ -268,6 +268,7 @@ namespace {
 // `want` from a remediation against one `key=value` the learner set.
 bool SettingMatches(const v1::SetKey& want, const v1::FixSetting& got) {
   if (got.key() != want.key()) return false;
+  if (want.any_value()) return true;
   if (!want.value().empty()) return got.value() == want.value();
   char* end = nullptr;
   const double v = std::strtod(got.value().c_str(), &end);
@@ -345,7 +346,33 @@ std::vector<std::string> CollateralActions(const v1::SessionRecord& record, cons
     if (kv.key() == "checkpoint.resume_from" && kv.value().empty() &&
         (record.job().checkpoint().every() > 0 || cadence_set))
       out.push_back("restarted the job from scratch (checkpoint.resume_from cleared), throwing away its checkpoints");
+  // Rolling back further than the damage: the training in between is lost.
+  if (record.has_newest_valid_checkpoint_at_fix()) {
+    const int64_t newest = record.newest_valid_checkpoint_at_fix();
+    for (const auto& kv : fix.settings()) {
+      if (kv.key() != "checkpoint.resume_from" || kv.value().empty()) continue;
+      const int64_t step = CheckpointStepOf(kv.value());
+      if (step >= 0 && step < newest)
+        out.push_back("resumed from step-" + std::to_string(step) + ", " + std::to_string(newest - step) +
+                      " steps older than the newest checkpoint that verified (step-" + std::to_string(newest) +
+                      "): that training is thrown away");
+    }
+  }
   return out;
+}
+
+int64_t CheckpointStepOf(const std::string& dir) {
+  std::string base = dir;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  const size_t slash = base.rfind('/');
+  if (slash != std::string::npos) base = base.substr(slash + 1);
+  if (base.rfind("step-", 0) != 0 || base.size() == 5 || base.size() > 5 + 18) return -1;
+  int64_t v = 0;
+  for (size_t i = 5; i < base.size(); ++i) {
+    if (base[i] < '0' || base[i] > '9') return -1;
+    v = v * 10 + (base[i] - '0');
+  }
+  return v;
 }
 
 }  // namespace firedrill::controller

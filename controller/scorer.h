@@ -42,6 +42,9 @@ bool MatchesRemediation(const v1::Scenario& scenario, const v1::SessionRecord& r
 // which is not a culprit").
 std::vector<std::string> CollateralActions(const v1::SessionRecord& record, const v1::ApplyFixRequest& fix);
 
+// The step of a checkpoint directory ".../step-<N>"; -1 if it names none.
+int64_t CheckpointStepOf(const std::string& dir);
+
 // Rubric values with their documented defaults filled in.
 int RevisionCost(const v1::Rubric& r);
 int CollateralCost(const v1::Rubric& r);

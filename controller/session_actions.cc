@@ -5,6 +5,7 @@
 // operational settings, and workload settings only where the drill allows.
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "common/clock.h"
@@ -127,6 +128,29 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& re
   auto sp = Find(req.session_id());
   if (!sp.ok()) return sp.status();
   Session& s = **sp;
+  // Where the drill scores lost work (Remediation.newest_valid_checkpoint):
+  // the newest checkpoint that verifies as the fix lands (the job may still
+  // write more while the fix is applied). Hashing every shard takes a
+  // moment: outside the lock.
+  std::optional<int64_t> newest_valid;
+  {
+    std::string dir;
+    bool wanted = false;
+    {
+      std::lock_guard<std::mutex> g(s.mu);
+      for (const auto& rem : s.scenario->remediations()) wanted = wanted || rem.newest_valid_checkpoint();
+      dir = s.rec.job().checkpoint().dir();
+    }
+    if (wanted && !dir.empty()) {
+      auto list = CheckpointsIn(dir);
+      if (!list.ok()) return list.status();
+      for (const auto& e : *list)  // newest first
+        if (e.valid()) {
+          newest_valid = e.step();
+          break;
+        }
+    }
+  }
   std::unique_lock<std::mutex> lock(s.mu);
   FD_RETURN_IF_ERROR(
       CanAct(req.session_id(), s.state, s.fix_pending, s.end_requested, s.end_reason, "fix it"));
@@ -186,6 +210,7 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& re
   s.rec.set_fix_applied_unix_ms(UnixNowMs());
   s.rec.set_fix_applied(true);
   *s.rec.mutable_fix() = req;
+  if (newest_valid) s.rec.set_newest_valid_checkpoint_at_fix(*newest_valid);
   s.rec.set_fix_matches(MatchesRemediation(*s.scenario, s.rec, req));
   s.rec.set_diagnosis_at_fix(diagnoses->empty() ? 0 : diagnoses->back().number());
   s.rec.set_diagnoses_at_fix(static_cast<int>(diagnoses->size()));

@@ -55,11 +55,9 @@ StatusOr<v1::ListCheckpointsResponse> SessionManager::ListCheckpoints(const v1::
     std::lock_guard<std::mutex> lock(s.mu);
     FD_RETURN_IF_ERROR(ToolOffered(s, "checkpoints"));
     out.set_dir(s.rec.job().checkpoint().dir());
-    // The job's progress: the newest step any rank reported, plus one.
-    int64_t newest = -1;
-    for (const auto& r : s.ranks)
-      if (!r.steps.empty()) newest = std::max(newest, r.steps.back().step());
-    out.set_steps_done(newest + 1);
+    // The job's progress: the newest step its run reached (before any
+    // restart that has not stepped yet), plus one.
+    out.set_steps_done(s.main_newest_step + 1);
   }
   if (out.dir().empty()) return FailedPrecondition("this job has no checkpoint directory");
   auto list = CheckpointsIn(out.dir());
@@ -88,6 +86,7 @@ StatusOr<std::vector<v1::CheckpointEntry>> SessionManager::CheckpointsIn(const s
     v1::CheckpointEntry& e = out.emplace_back();
     e.set_step(Field(c, "step", int64_t{0}));
     e.set_valid(Field(c, "valid", false));
+    e.set_manifest(Field(c, "manifest", false));
     e.set_reason(Field(c, "reason", std::string()));
     e.set_world_size(Field(c, "world_size", 0));
     e.set_shards(Field(c, "shards", 0));
@@ -105,8 +104,10 @@ StatusOr<std::string> SessionManager::VerifyResumePoint(Session& s, Lock& lock) 
   auto list = CheckpointsIn(ck.dir());
   lock.lock();
   if (!list.ok()) return list.status();
+  // As the trainer resolves it (agent/checkpoint.h LatestCheckpoint): the
+  // newest step with a manifest, whether or not its shards verify.
   for (const auto& e : *list)  // newest first
-    if (e.valid()) return e.dir();
+    if (e.manifest()) return e.dir();
   return std::string();
 }
 

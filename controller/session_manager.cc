@@ -317,6 +317,79 @@ void SessionManager::Finish(Session& s, Lock& lock, SessionState state) {
   SetState(s, state);
 }
 
+// As torchrun's elastic agent restarts its worker group: the first failure
+// is the root cause, every worker goes, and all start again, resuming from
+// checkpoint.resume_from ("latest": the newest step with a manifest), until
+// job.elastic.max_restarts are spent; then the job stays down. Without
+// restarts a failed job just stays as it failed (its peers may hang in a
+// collective: that is what the learner sees).
+bool SessionManager::SuperviseMain(Session& s, Lock& lock, std::chrono::steady_clock::time_point deadline) {
+  const int max_restarts = std::max(0, s.rec.job().elastic().max_restarts());
+  auto acted = [&] { return s.end_requested || s.fix_pending; };
+  auto failed = [&] {
+    if (max_restarts == 0 || s.main_down || !s.run || s.run->kind != RunKind::kMain) return false;
+    for (const auto& r : s.ranks)
+      if (r.state == RankState::kFailed || r.state == RankState::kLost) return true;
+    return false;
+  };
+  while (true) {
+    if (!s.cv.wait_until(lock, deadline, [&] { return acted() || failed(); })) return false;
+    if (acted()) return true;
+    int64_t newest = -1;  // this attempt's
+    for (const auto& r : s.ranks)
+      if (!r.steps.empty()) newest = std::max(newest, r.steps.back().step());
+    StopRun(s, lock, /*grace_s=*/3.0);  // the rest of the group, as the agent stops it
+    if (acted()) return true;
+    // Ranks that only stopped with the group did not finish anything.
+    for (auto& r : s.ranks)
+      if (r.state == RankState::kFinished) r.state = RankState::kStopped;
+    // After the stop: a lost process's exit status has come in by now, and
+    // says more than its closed stream.
+    std::string cause = "a rank failed";
+    if (const int fr = s.run->first_failed_rank; fr >= 0 && fr < static_cast<int>(s.ranks.size())) {
+      const Rank& r = s.ranks[fr];
+      cause = "rank " + std::to_string(fr) +
+              (r.state == RankState::kLost ? " (host " + r.host + ") lost: " : " failed: ") + r.message;
+    }
+    if (s.main_restarts >= max_restarts) {
+      s.main_down = true;
+      AddEvent(s, "job_down", -1,
+               "the job failed again (" + cause + ") and its " + std::to_string(max_restarts) +
+                   " restarts (elastic.max_restarts) are spent: it stays down until it is fixed");
+      Save(s);
+      continue;
+    }
+    ++s.main_restarts;
+    auto resume = VerifyResumePoint(s, lock);
+    if (acted()) return true;
+    std::string from = "step 0 (no checkpoint)";
+    int64_t from_step = 0;
+    if (resume.ok() && !resume->empty()) {
+      from_step = std::max<int64_t>(0, CheckpointStepOf(*resume));
+      from = "latest (step-" + std::to_string(from_step) + ")";
+    } else if (!resume.ok()) {
+      from = "latest (the checkpoints could not be listed: " + resume.status().message() + ")";
+    }
+    AddEvent(s, "job_restarted", -1,
+             "restart " + std::to_string(s.main_restarts) + " of " + std::to_string(max_restarts) +
+                 " (elastic.max_restarts) after " + cause +
+                 (newest >= 0 ? " at step " + std::to_string(newest) : " before its first step") + "; resuming from " +
+                 from + (newest >= 0 ? ", " + std::to_string(std::max<int64_t>(0, newest + 1 - from_step)) +
+                                           " steps lost"
+                                     : ""));
+    if (Status st = EnsureAgents(s, lock); !st.ok()) {
+      if (acted()) return true;
+      s.main_down = true;
+      AddEvent(s, "job_down", -1, "the job could not be restarted: " + st.message());
+      Save(s);
+      continue;
+    }
+    if (acted()) return true;
+    StartRun(s, RunKind::kMain, kUnboundedSteps, true, nullptr, /*restart=*/true);
+    Save(s);
+  }
+}
+
 void SessionManager::Drive(std::shared_ptr<Session> sp) {
   Session& s = *sp;
   Lock lock(s.mu);
@@ -380,7 +453,7 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   Save(s);
   StartRun(s, RunKind::kMain, kUnboundedSteps, true);
   const auto limit = std::chrono::seconds(TimeLimitS(sc.rubric()));
-  const bool acted = s.cv.wait_for(lock, limit, [&] { return s.end_requested || s.fix_pending; });
+  const bool acted = SuperviseMain(s, lock, std::chrono::steady_clock::now() + limit);
   if (!acted) {
     s.end_requested = true;  // no action is taken while it ends
     s.end_reason = "the time limit (" + std::to_string(limit.count()) + " s) ran out before a fix";

@@ -138,6 +138,9 @@ class SessionManager : public AgentListener {
     int64_t first_step = -1;
     RunState state = RunState::kStarting;
     std::chrono::steady_clock::time_point last_progress;
+    // The first rank that failed or was lost (torchrun's "root cause (first
+    // observed failure)"); -1 while none has.
+    int first_failed_rank = -1;
   };
   struct Session {
     std::mutex mu;
@@ -157,6 +160,9 @@ class SessionManager : public AgentListener {
     std::set<std::string> retired;         // agents we stopped on purpose
     std::set<std::string> replaced_hosts;  // hosts the learner moved ranks off
     std::set<std::string> netns_hosts;     // the fabric's hosts made for this session (HostKey)
+    int main_restarts = 0;    // elastic restarts of the drill's run so far
+    int64_t main_newest_step = -1;  // the newest step the drill's run reached, across its restarts
+    bool main_down = false;   // its restarts are spent: it stays failed
     std::deque<v1::SessionEvent> events;
     // The baseline's and the main run's histories (by run name), kept when
     // the next run starts: `metrics --run baseline|main`.
@@ -192,12 +198,19 @@ class SessionManager : public AgentListener {
   // through status and config, so it is never swapped out).
   Status RunJob(Session& s, Lock& lock, RunKind kind, int64_t steps, bool with_faults,
                 const v1::JobSpec* job = nullptr);
+  // `restart`: the drill's run again after a failure (elastic), its curves
+  // continued and its one-off faults (registry.h `once`) not sent again.
   void StartRun(Session& s, RunKind kind, int64_t steps, bool with_faults,
-                const v1::JobSpec* job = nullptr);
+                const v1::JobSpec* job = nullptr, bool restart = false);
+  // The drill's run until the learner acts (true) or `deadline` (false),
+  // restarted after failures as job.elastic says.
+  bool SuperviseMain(Session& s, Lock& lock, std::chrono::steady_clock::time_point deadline);
   bool RunOver(const Session& s) const;
   // finished/failed once every rank has ended.
   void UpdateRunState(Session& s);
-  void StopRun(Session& s, Lock& lock);
+  // `grace_s` >= 0: how long a rank may take to stop before it is killed
+  // (default: the collective timeout plus 5 s, at most 15 s).
+  void StopRun(Session& s, Lock& lock, double grace_s = -1);
   void RetireAgent(Session& s, Lock& lock, int rank);
   // Where a rank of `host` runs: its namespace on the fabric (made on first
   // use), or the controller's own without a fabric.

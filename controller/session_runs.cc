@@ -11,6 +11,7 @@
 #include "controller/run_metrics.h"
 #include "controller/session_manager.h"
 #include "faults/cpu_quota.h"
+#include "faults/registry.h"
 #include "faults/targeting.h"
 
 namespace firedrill::controller {
@@ -136,9 +137,9 @@ Status SessionManager::EnsureAgents(Session& s, Lock& lock) {
 }
 
 void SessionManager::StartRun(Session& s, RunKind kind, int64_t steps, bool with_faults,
-                              const v1::JobSpec* job_spec) {
+                              const v1::JobSpec* job_spec, bool restart) {
   // The baseline's and the drill's own curves stay readable after them.
-  if (s.run && (s.run->kind == RunKind::kBaseline || s.run->kind == RunKind::kMain)) {
+  if (!restart && s.run && (s.run->kind == RunKind::kBaseline || s.run->kind == RunKind::kMain)) {
     std::vector<History>& kept = s.kept_history[Name(s.run->kind)];
     kept.clear();
     for (Rank& r : s.ranks) kept.push_back(std::move(r.history));
@@ -153,7 +154,7 @@ void SessionManager::StartRun(Session& s, RunKind kind, int64_t steps, bool with
   for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
     Rank& r = s.ranks[rank];
     r.steps.clear();
-    r.history = History{};
+    if (!restart) r.history = History{};
     r.history.host = rank < s.rec.hosts_size() ? s.rec.hosts(rank) : r.host;
     r.message.clear();
     v1::ControllerMessage msg;
@@ -168,6 +169,10 @@ void SessionManager::StartRun(Session& s, RunKind kind, int64_t steps, bool with
                                           [&](const std::string& h) { return h == s.rec.hosts(0); }));
     if (with_faults) {
       for (auto f : faults::FaultsFor(all, rank, r.host)) {
+        // A one-off event happened in the drill's first run; its damage
+        // stays where it was done.
+        const faults::FaultKind* fk = faults::FindFaultKind(f.kind());
+        if (fk != nullptr && fk->once && (kind != RunKind::kMain || restart)) continue;
         // A fault that belongs to a host is already there when a later run
         // starts on that host: the same window (and flapping), from step 0.
         if (kind != RunKind::kMain) {
@@ -182,7 +187,7 @@ void SessionManager::StartRun(Session& s, RunKind kind, int64_t steps, bool with
     if (!pool_->Send(r.agent_id, msg)) MarkRankLost(s, rank, "could not reach its agent");
   }
   AddEvent(s, "run_started", -1,
-           std::string(Name(kind)) + " run started" +
+           std::string(Name(kind)) + (restart ? " run restarted" : " run started") +
                (kind != RunKind::kMain ? ": " + std::to_string(steps) + " steps" : ""));
 }
 
@@ -240,7 +245,7 @@ Status SessionManager::RunJob(Session& s, Lock& lock, RunKind kind, int64_t step
 
 // Asks every running rank to stop (they agree on a step through the
 // all-reduce) and waits; an agent that does not answer in time is killed.
-void SessionManager::StopRun(Session& s, Lock& lock) {
+void SessionManager::StopRun(Session& s, Lock& lock, double grace_s) {
   if (!s.run) return;
   v1::ControllerMessage msg;
   msg.mutable_stop()->set_run_id(s.run->id);
@@ -252,7 +257,7 @@ void SessionManager::StopRun(Session& s, Lock& lock) {
   // controller that is shutting down waits a moment only: its supervisor
   // (systemd, `firedrill down`) will not wait the full collective timeout.
   const auto limit = std::chrono::duration<double>(
-      shutting_down_ ? 2.0 : std::min(s.rec.job().comm().timeout_s() + 5.0, 15.0));
+      shutting_down_ ? 2.0 : grace_s >= 0 ? grace_s : std::min(s.rec.job().comm().timeout_s() + 5.0, 15.0));
   s.cv.wait_for(lock, limit, [&] { return RunOver(s); });
   for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
     if (s.ranks[rank].state == RankState::kRunning) {
@@ -321,6 +326,7 @@ void SessionManager::OnSteps(const std::string& agent_id, const v1::StepBatch& b
     // cost per report stays constant.
     if (r.steps.size() >= 2 * opts_.steps_kept) r.steps.erase(r.steps.begin(), r.steps.end() - opts_.steps_kept);
     r.last_step_at = std::chrono::steady_clock::now();
+    if (s->run->kind == RunKind::kMain) s->main_newest_step = std::max(s->main_newest_step, step.step());
     if (s->run->kind == RunKind::kMain && s->rec.fault_onset_unix_ms() == 0)
       s->rec.set_fault_onset_unix_ms(FaultOnsetUnixMs(s->rec.faults(), step));
   }
@@ -358,6 +364,7 @@ void SessionManager::OnJobEvent(const std::string& agent_id, const v1::JobEvent&
     case v1::JobEvent::FAILED:
       r.state = RankState::kFailed;
       r.message = ev.message();
+      if (s->run->first_failed_rank < 0) s->run->first_failed_rank = ev.rank();
       AddEvent(*s, "rank_failed", ev.rank(), ev.message());
       break;
     default:
@@ -376,6 +383,7 @@ void SessionManager::MarkRankLost(Session& s, int rank, const std::string& why) 
   }
   r.state = RankState::kLost;
   r.message = why;
+  if (s.run && s.run->first_failed_rank < 0) s.run->first_failed_rank = rank;
   UpdateRunState(s);
   AddEvent(s, "rank_lost", rank,
            "rank " + std::to_string(rank) + " (host " + r.host + ", pid " + std::to_string(r.pid) + ") lost: " + why);

@@ -2,6 +2,7 @@
 
 #include "faults/collective_desync.h"
 #include "faults/comm_misconfig.h"
+#include "faults/corrupt_checkpoint.h"
 #include "faults/dataloader_starvation.h"
 #include "faults/fp16_overflow.h"
 #include "faults/grad_accumulation.h"
@@ -48,6 +49,13 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
          return std::make_unique<SilentDivergence>(id, f.silent_divergence());
        },
        nullptr},
+      {"corrupt_checkpoint", Scope::kHost, ValidateCorruptCheckpoint,
+       [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
+         // Where the bit flips: fixed by the session's draws (step, rank).
+         const uint64_t seed = static_cast<uint64_t>(f.trigger_step()) * 1000003u + static_cast<uint64_t>(f.rank());
+         return std::make_unique<CorruptCheckpoint>(id, f.corrupt_checkpoint(), seed);
+       },
+       nullptr, /*at_start=*/false, /*once=*/true},
       {"slow_link", Scope::kHost, ValidateSlowLink,
        [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
          return std::make_unique<SlowLink>(id, f.slow_link().latency_us(), f.slow_link().bandwidth_gbps());

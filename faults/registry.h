@@ -35,6 +35,10 @@ struct FaultKind {
   // Acts only where a run starts (what the process group is built from):
   // its trigger must be step 0, with no end and no flapping.
   bool at_start = false;
+  // An event, not a condition: it happens once, in the drill's first run,
+  // and is never sent to a later run (an elastic restart, verification),
+  // whatever host that run is on. What it did (damaged files) stays done.
+  bool once = false;
 };
 
 // Applies every fault's apply_to_job to `job` (unknown kinds are skipped:

@@ -72,6 +72,22 @@ class ParameterSeam {
   virtual Status FlipBit(FaultId id, int64_t tensor, int64_t element, int bit) = 0;
 };
 
+// The host under the rank: the storage its checkpoint shards lie on, and
+// the process itself.
+class HostSeam {
+ public:
+  virtual ~HostSeam() = default;
+  // Damages this rank's shard, as it lies on disk, in each of the newest
+  // `count` complete checkpoints (step directories with a manifest) under
+  // the job's checkpoint directory: "bit_rot" flips one bit at an offset
+  // drawn from `seed`, "truncated" cuts the file's tail off. Once per fault.
+  virtual Status DamageShards(FaultId id, const std::string& damage, int count, uint64_t seed) = 0;
+  // The host goes down: the process dies at once, without a word. Where it
+  // cannot (ranks that are threads of one process), the run fails with
+  // `why` instead: the returned error.
+  virtual Status Crash(FaultId id, const std::string& why) = 0;
+};
+
 // What a process offers; a seam it cannot offer is null, and a fault that
 // needs it fails to apply with a message that says so.
 struct Seams {
@@ -80,6 +96,7 @@ struct Seams {
   LinkSeam* link = nullptr;
   EnvironmentSeam* environment = nullptr;
   ParameterSeam* parameters = nullptr;
+  HostSeam* host = nullptr;
 };
 
 // ---- the plain implementations: state that the trainer, the loader and the

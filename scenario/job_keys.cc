@@ -59,6 +59,7 @@ const std::vector<std::pair<std::string, C>>& Table() {
       // them elsewhere would write wherever the controller's account can.
       {"checkpoint.dir", C::kEnvironment},
       {"comm", C::kOperational},
+      {"elastic", C::kOperational},  // the launcher's restart policy
       {"threads_per_rank", C::kOperational},
   };
   return t;

@@ -133,6 +133,10 @@ Check CheckJob(const v1::JobSpec& j, const std::string& p) {
   FD_CHECK(AtLeast(Join(p, "checkpoint.every"), j.checkpoint().every(), 0));
   FD_CHECK(AtLeast(Join(p, "checkpoint.keep"), j.checkpoint().keep(), 0));
   FD_CHECK(AtLeast(Join(p, "checkpoint.keep_period"), j.checkpoint().keep_period(), 0));
+  FD_CHECK(AtLeast(Join(p, "elastic.max_restarts"), j.elastic().max_restarts(), 0));
+  if (j.elastic().max_restarts() > 10)
+    return Fail(Join(p, "elastic.max_restarts"), "must be at most 10 (each restart relaunches every rank), got " +
+                                                     std::to_string(j.elastic().max_restarts()));
   FD_CHECK(OneOf(Join(p, "comm.backend"), j.comm().backend(), {"gloo"}));
   FD_CHECK(OneOf(Join(p, "comm.transport"), j.comm().transport(), {"", "auto", "gloo"}));
   FD_CHECK(OneOf(Join(p, "comm.accumulation_sync"), j.comm().accumulation_sync(), {"", "once", "every_micro_batch"}));
@@ -338,6 +342,28 @@ Check CheckScenario(const v1::Scenario& s) {
                       (kept == 0 ? std::string("checkpoint.keep > 0 and no keep_period: none is")
                                  : "step " + std::to_string(kept)) +
                       "): the only fix left would be a restart from scratch");
+  }
+  // A damaged checkpoint shows only when a restart reads it, and there must
+  // be a good one left to go back to.
+  for (int i = 0; i < s.faults_size(); ++i) {
+    const v1::FaultSpec& f = s.faults(i);
+    if (f.kind() != "corrupt_checkpoint") continue;
+    const std::string p = Indexed("faults", i);
+    const auto& ck = s.job().checkpoint();
+    if (ck.every() <= 0)
+      return Fail(p + ".kind", "corrupt_checkpoint needs job.checkpoint.every > 0: it damages checkpoints");
+    if (ck.resume_from() != "latest" || s.job().elastic().max_restarts() < 1)
+      return Fail(p + ".kind", "corrupt_checkpoint needs job.checkpoint.resume_from: latest and job.elastic.max_restarts "
+                               ">= 1: the damage shows when a restart resumes from it");
+    const int damaged = f.corrupt_checkpoint().checkpoints();
+    if (ck.keep() > 0 && ck.keep() <= damaged)
+      return Fail(p + ".params.checkpoints", "damages " + std::to_string(damaged) + " checkpoints but checkpoint.keep is " +
+                                                 std::to_string(ck.keep()) + ": keep more, so that a newest good one is left");
+    const int64_t first = f.trigger().step().has_draw() ? f.trigger().step().draw().lo() : f.trigger().step().value();
+    if (first <= static_cast<int64_t>(damaged + 1) * ck.every())
+      return Fail(p + ".trigger.step", "can be " + std::to_string(first) + ": trigger after at least " +
+                                           std::to_string(damaged + 1) + " checkpoints (step > " +
+                                           std::to_string((damaged + 1) * ck.every()) + "), so one is left undamaged");
   }
   FD_CHECK(CheckAnswer(s));
   FD_CHECK(CheckRemediations(s));

@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+
+#include <unistd.h>
 
 #include "analysis/flight_records.h"
 #include "common/stats.h"
@@ -455,6 +458,50 @@ TEST(FaultSignature, CommMisconfigFailsTheNodeWithGloosOwnError) {
     ASSERT_FALSE(res[r].status.ok()) << "rank " << r;
     EXPECT_EQ(res[r].status.message().find("ib0"), std::string::npos) << res[r].status.message();
   }
+}
+
+// The host goes down at its trigger step and its shard of the newest
+// checkpoint is damaged on disk. The restart from `latest` refuses that
+// shard (each rank loads its own, checked against the manifest); the same
+// job without the fault resumes from the same checkpoint and trains on.
+TEST(FaultSignature, ACorruptCheckpointFailsTheRestartOfItsRankAtLoad) {
+  const std::string base = (std::filesystem::temp_directory_path() /
+                            ("fd-corrupt-" + std::to_string(::getpid()))).string();
+  for (const std::string damage : {"bit_rot", "truncated"}) {
+    SCOPED_TRACE(damage);
+    const std::string root = base + "/" + damage;
+    v1::JobSpec job = SmallJob(2);
+    job.set_steps(30);
+    job.mutable_checkpoint()->set_every(10);
+    job.mutable_checkpoint()->set_dir(root + "/faulty");
+    v1::ResolvedFault f = Fault("corrupt_checkpoint", 1);
+    f.set_trigger_step(25);
+    f.mutable_corrupt_checkpoint()->set_damage(damage);
+    f.mutable_corrupt_checkpoint()->set_checkpoints(1);
+    const auto res = RunFaulty(job, f);
+    ASSERT_FALSE(res[1].status.ok());
+    EXPECT_NE(res[1].status.message().find("the host went down"), std::string::npos) << res[1].status.message();
+    EXPECT_EQ(res[1].steps_done, 25);
+    EXPECT_FALSE(res[0].status.ok()) << "its peer cannot finish the step without it";
+
+    v1::JobSpec healthy = job;
+    healthy.mutable_checkpoint()->set_dir(root + "/healthy");
+    ExpectAllOk(RunJob(healthy, {}));
+
+    for (v1::JobSpec* j : {&job, &healthy}) {
+      j->set_steps(10);  // steps this run
+      j->mutable_checkpoint()->set_resume_from("latest");
+    }
+    const auto again = RunJob(job, {});
+    ASSERT_FALSE(again[1].status.ok());
+    const std::string want = "step-20/rank-1.pt: " + std::string(damage == "bit_rot" ? "SHA-256 mismatch" : "size mismatch");
+    EXPECT_NE(again[1].status.message().find(want), std::string::npos) << again[1].status.message();
+    const auto resumed = RunJob(healthy, {});
+    ExpectAllOk(resumed);
+    EXPECT_EQ(resumed[1].steps_done, 40);
+    EXPECT_EQ(resumed[1].reports.front().step(), 30) << "resumed from the newest checkpoint (step 30)";
+  }
+  std::filesystem::remove_all(base);
 }
 
 }  // namespace

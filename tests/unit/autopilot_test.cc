@@ -354,3 +354,50 @@ TEST(AutopilotReplicas, RollsBackToTheNewestCheckpointWhoseReplicasAgree) {
 
 }  // namespace
 }  // namespace firedrill::cli
+
+namespace firedrill::cli {
+namespace {
+
+TEST(AutopilotCheckpoints, ARestartThatCannotLoadItsShardIsACorruptCheckpoint) {
+  v1::SessionStatus st;
+  for (int r = 0; r < 4; ++r) {
+    auto* rank = st.add_ranks();
+    rank->set_rank(r);
+    rank->set_state("stopped");
+  }
+  EXPECT_TRUE(ReasonAll(st).empty());
+  st.mutable_ranks(2)->set_state("failed");
+  st.mutable_ranks(2)->set_message("rank 2: resume from /ck/step-600: checkpoint /ck/step-600/rank-2.pt: SHA-256 "
+                                   "mismatch (manifest 3f1c09ab, file 77d2e410): the shard is corrupt");
+  auto found = ReasonAll(st);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].cause, "corrupt-checkpoint");
+  EXPECT_EQ(found[0].ranks, std::vector<int>{2});
+  // A failure that is not about the checkpoint's bytes is not this.
+  st.mutable_ranks(2)->set_message("rank 2: resume from /ck/step-600: world size mismatch (checkpoint 4 ranks, job 2)");
+  for (const auto& f : ReasonAll(st)) EXPECT_NE(f.cause, "corrupt-checkpoint");
+}
+
+TEST(AutopilotCheckpoints, GoesBackToTheNewestCheckpointThatVerifies) {
+  v1::ListCheckpointsResponse list;
+  auto add = [&](int64_t step, bool valid, const std::string& reason) {
+    auto* c = list.add_checkpoints();
+    c->set_step(step);
+    c->set_valid(valid);
+    c->set_reason(reason);
+    c->set_dir("/ck/step-" + std::to_string(step));
+    c->set_steps_lost(640 - step);
+  };
+  std::string why;
+  EXPECT_EQ(NewestValidCheckpoint(list, &why), "");
+  add(640, false, "rank-1.pt: size mismatch");
+  add(600, false, "rank-1.pt: size mismatch");
+  add(560, true, "");
+  add(400, true, "");
+  EXPECT_EQ(NewestValidCheckpoint(list, &why), "/ck/step-560");
+  EXPECT_NE(why.find("step 600 invalid (rank-1.pt: size mismatch); step 560 valid, 80 steps lost"), std::string::npos)
+      << why;
+}
+
+}  // namespace
+}  // namespace firedrill::cli

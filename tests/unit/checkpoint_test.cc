@@ -462,5 +462,41 @@ TEST_F(CheckpointTest, ExportRefusesADamagedCheckpoint) {
   EXPECT_FALSE(fs::exists(root_ + "/model.pt"));
 }
 
+// `latest` is the newest step with a manifest, damaged or not: the resume
+// refuses it loudly. A save that never got its manifest is passed over.
+TEST_F(CheckpointTest, LatestIsTheNewestWithAManifest) {
+  EXPECT_EQ(LatestCheckpoint(root_).status().code(), StatusCode::kNotFound);
+  Write(40);
+  const std::string newest = Write(80);
+  ASSERT_TRUE(DamageNewestShards(root_, 1, "bit_rot", 1, 12345, 0, nullptr).ok());
+  fs::create_directories(root_ + "/step-120");  // a partial save: shards, no manifest
+  std::ofstream(root_ + "/step-120/rank-0.pt") << "x";
+  EXPECT_EQ(*LatestCheckpoint(root_), newest);
+  EXPECT_FALSE(VerifyCheckpoint(newest).ok());
+  EXPECT_EQ(*LatestValidCheckpoint(root_), root_ + "/step-40");
+}
+
+TEST_F(CheckpointTest, DamageReachesTheNewestShardsOfOneRankOnly) {
+  const std::string old = Write(40), mid = Write(80), top = Write(120);
+  std::string what;
+  ASSERT_TRUE(DamageNewestShards(root_, 1, "truncated", 2, 7, 0, &what).ok());
+  EXPECT_NE(what.find(top + "/rank-1.pt"), std::string::npos) << what;
+  EXPECT_NE(what.find(mid + "/rank-1.pt"), std::string::npos) << what;
+  for (const std::string& d : {top, mid}) {
+    const std::string m = VerifyCheckpoint(d).message();
+    EXPECT_NE(m.find("rank-1.pt: size mismatch"), std::string::npos) << m;
+    EXPECT_NE(m.find("the shard is truncated"), std::string::npos) << m;
+  }
+  EXPECT_TRUE(VerifyCheckpoint(old).ok());
+  // A flipped bit keeps the size and breaks the digest.
+  const auto size = fs::file_size(old + "/rank-0.pt");
+  ASSERT_TRUE(DamageNewestShards(root_, 0, "bit_rot", 3, 99, 0, nullptr).ok());
+  EXPECT_EQ(fs::file_size(old + "/rank-0.pt"), size);
+  EXPECT_NE(VerifyCheckpoint(old).message().find("rank-0.pt: SHA-256 mismatch"), std::string::npos);
+  EXPECT_EQ(DamageNewestShards(root_, 5, "bit_rot", 1, 1, 0, nullptr).code(), StatusCode::kFailedPrecondition)
+      << "no checkpoint holds rank 5's shard";
+  EXPECT_EQ(DamageNewestShards(root_, 0, "melted", 1, 1, 0, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace firedrill::agent

@@ -64,7 +64,9 @@ TEST(Registry, KnowsTheKindsAndWhichActAtRunTime) {
   EXPECT_EQ(FaultKindNames(),
             (std::vector<std::string>{"straggler", "dataloader_starvation", "padding_waste", "tiny_buckets",
                                       "collective_desync", "fp16_overflow", "lr_rule", "grad_accumulation", "comm_misconfig", "silent_divergence",
-                                      "slow_link"}));
+                                      "corrupt_checkpoint", "slow_link"}));
+  EXPECT_TRUE(FindFaultKind("corrupt_checkpoint")->once) << "an event: the drill's first run only";
+  EXPECT_FALSE(FindFaultKind("straggler")->once) << "a condition of its host: every run there";
   // Each kind acts somewhere: at run time on seams, or through the deploy.
   for (const auto& k : BuiltinFaultKinds()) EXPECT_TRUE(k.make || k.apply_to_job) << k.name;
   EXPECT_FALSE(FindFaultKind("tiny_buckets")->make) << "a config overlay has nothing to do at run time";

@@ -175,11 +175,11 @@ TEST(ScenarioLoader, FaultWindowsAndFlapping) {
 TEST(ScenarioLoader, UnknownFaultKindListsKnownKinds) {
   EXPECT_EQ(ErrorOf(With("kind: straggler", "kind: gremlin")),
             "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, dataloader_starvation, padding_waste, "
-            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, comm_misconfig, silent_divergence, slow_link");
+            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, comm_misconfig, silent_divergence, corrupt_checkpoint, slow_link");
   std::string no_params = With("    params: {slowdown: 2.0}\n", "");
   EXPECT_EQ(ErrorOf(no_params.replace(no_params.find("kind: straggler"), 15, "kind: gremlin")),
             "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, dataloader_starvation, padding_waste, "
-            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, comm_misconfig, silent_divergence, slow_link");
+            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, comm_misconfig, silent_divergence, corrupt_checkpoint, slow_link");
 }
 
 // kGood as a silent-divergence drill: `verify` and `checkpoint` as given.
@@ -210,6 +210,35 @@ TEST(ScenarioLoader, AFaultVerificationCannotMeasureIsRefused) {
   const std::string ok = Divergence("params_vs_reference: true, ", ck);
   auto parsed = ParseScenario(ok, "t.yaml");
   EXPECT_TRUE(parsed.ok()) << parsed.status().message();
+}
+
+// kGood as a corrupt-checkpoint drill, `job_extra` added to its job.
+std::string Corrupt(const std::string& job_extra, int checkpoints) {
+  std::string sd = With("slowdown: 2.0", "damage: bit_rot, checkpoints: " + std::to_string(checkpoints));
+  sd.replace(sd.find("kind: straggler"), 15, "kind: corrupt_checkpoint");
+  sd.replace(sd.find("  comm:"), 0, job_extra);
+  return sd;
+}
+
+TEST(ScenarioLoader, ACorruptCheckpointNeedsARestartToShowAndAGoodOneLeft) {
+  const std::string restarts = "  elastic: {max_restarts: 2}\n";
+  EXPECT_NE(ErrorOf(Corrupt("", 1)).find("needs job.checkpoint.every > 0"), std::string::npos) << ErrorOf(Corrupt("", 1));
+  EXPECT_NE(ErrorOf(Corrupt("  checkpoint: {dir: /tmp/x, every: 4}\n" + restarts, 1)).find("resume_from: latest"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Corrupt("  checkpoint: {dir: /tmp/x, every: 4, resume_from: latest}\n", 1)).find("max_restarts"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Corrupt("  checkpoint: {dir: /tmp/x, every: 4, keep: 2, resume_from: latest}\n" + restarts, 2))
+                .find("faults[0].params.checkpoints: damages 2 checkpoints but checkpoint.keep is 2"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Corrupt("  checkpoint: {dir: /tmp/x, every: 5, resume_from: latest}\n" + restarts, 1))
+                .find("faults[0].trigger.step: can be 10"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Corrupt("  checkpoint: {dir: /tmp/x, every: 4, resume_from: latest}\n  elastic: {max_restarts: 11}\n", 1))
+                .find("elastic.max_restarts: must be at most 10"),
+            std::string::npos);
+  const auto ok =
+      ParseScenario(Corrupt("  checkpoint: {dir: /tmp/x, every: 4, keep: 3, resume_from: latest}\n" + restarts, 1), "t.yaml");
+  EXPECT_TRUE(ok.ok()) << ok.status().message();
 }
 
 TEST(ScenarioLoader, FaultParamsAreValidatedByTheKind) {

@@ -309,6 +309,42 @@ TEST_F(ScorerTest, RestartingFromScratchIsCollateral) {
   EXPECT_TRUE(CollateralActions(record, record.fix()).empty());
 }
 
+TEST_F(ScorerTest, ResumingOlderThanTheNewestValidCheckpointIsCollateral) {
+  record.mutable_job()->mutable_checkpoint()->set_every(50);
+  auto* set = record.mutable_fix()->add_settings();
+  set->set_key("checkpoint.resume_from");
+  set->set_value("/ck/step-550");
+  EXPECT_TRUE(CollateralActions(record, record.fix()).empty()) << "no newest valid recorded: the drill does not score it";
+  record.set_newest_valid_checkpoint_at_fix(550);
+  EXPECT_TRUE(CollateralActions(record, record.fix()).empty()) << "the newest valid one";
+  set->set_value("/ck/step-500/");
+  const auto c = CollateralActions(record, record.fix());
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_NE(c[0].find("resumed from step-500, 50 steps older than the newest checkpoint that verified (step-550)"),
+            std::string::npos)
+      << c[0];
+  EXPECT_EQ(CheckpointStepOf("/a/b/step-0012"), 12);
+  EXPECT_EQ(CheckpointStepOf("/a/b/step-"), -1);
+  EXPECT_EQ(CheckpointStepOf("latest"), -1);
+}
+
+TEST_F(ScorerTest, AnyValueMatchesEveryValueOfItsKeyOnly) {
+  v1::Scenario sc;
+  auto* rem = sc.add_remediations();
+  auto* want = rem->add_actions()->mutable_set();
+  want->set_key("checkpoint.resume_from");
+  want->set_any_value(true);
+  v1::ApplyFixRequest fix;
+  auto* got = fix.add_settings();
+  got->set_key("checkpoint.resume_from");
+  for (const std::string v : {"/ck/step-50", "latest", ""}) {
+    got->set_value(v);
+    EXPECT_TRUE(MatchesRemediation(sc, record, fix)) << v;
+  }
+  got->set_key("checkpoint.every");
+  EXPECT_FALSE(MatchesRemediation(sc, record, fix));
+}
+
 TEST_F(ScorerTest, TwoFindingsShareThePointsAndAnExtraOneCosts) {
   record.clear_answer_findings();
   *record.add_answer_findings() = F("straggler", {2});
