@@ -31,6 +31,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -76,6 +77,8 @@ v1::ApplyFixRequest WrongFix(const v1::Scenario& sc, int culprit) {
   else if (id == "smaller-cards") set("optim.warmup_steps", "100");  // a ramp to the same 4x steps
   else if (id == "shared-training-loop") set("comm.bucket_mb", "100");  // bigger buckets, still one all-reduce per micro-batch
   else if (id == "registry-refused") f.add_replace_host_ranks(culprit);  // the elastic restart: from the newest checkpoint
+  // The host that went down replaced, the job resumed from `latest` again.
+  else if (id == "restart-loop" || id == "power-cut") f.add_replace_host_ranks(culprit);
   else f.add_replace_host_ranks(culprit >= 0 ? (culprit + 1) % world : 0);     // a healthy host
   return f;
 }
@@ -87,6 +90,8 @@ v1::ApplyFixRequest AcceptedFix(const v1::Scenario& sc, const std::vector<v1::Re
     if (a.has_replace_host()) {
       auto r = faults::ResolveRankRef(a.replace_host(), faults);
       if (r.ok()) f.add_replace_host_ranks(*r);
+    } else if (a.has_set() && a.set().any_value()) {
+      continue;  // the session's own value (a checkpoint): set by the caller
     } else if (a.has_set()) {
       auto* s = f.add_settings();
       s->set_key(a.set().key());
@@ -202,6 +207,32 @@ Trial Play(cli::DrillClient& c, const v1::Scenario& sc, int64_t seed, bool accep
             break;
           }
     }
+  }
+  const bool damaged_checkpoints = sc.remediations_size() > 0 && sc.remediations(0).newest_valid_checkpoint();
+  if (damaged_checkpoints) {
+    // The host has gone down and a restart has read the damage: a
+    // checkpoint fails its check (2 min at most). The accepted fix resumes
+    // from the newest one that verifies.
+    std::optional<v1::ListCheckpointsResponse> list;
+    for (int i = 0; i < 600; ++i) {
+      auto l = c.ListCheckpoints(id);
+      bool bad = false;
+      if (l.ok())
+        for (const auto& e : l->checkpoints()) bad = bad || !e.valid();
+      if (bad) {
+        list = *l;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    if (accepted && list)
+      for (const auto& e : list->checkpoints())  // newest first
+        if (e.valid()) {
+          auto* s = fix.add_settings();
+          s->set_key("checkpoint.resume_from");
+          s->set_value(e.dir());
+          break;
+        }
   }
   fix.set_session_id(id);
   if (auto f = c.ApplyFix(fix); !f.ok()) {

@@ -124,29 +124,33 @@ StatusOr<v1::SubmitDiagnosisResponse> SessionManager::Diagnose(const v1::SubmitD
   return resp;
 }
 
-StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& req) {
-  auto sp = Find(req.session_id());
+StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& asked) {
+  auto sp = Find(asked.session_id());
   if (!sp.ok()) return sp.status();
   Session& s = **sp;
+  v1::ApplyFixRequest req = asked;  // its checkpoint path made canonical below
   // Where the drill scores lost work (Remediation.newest_valid_checkpoint):
   // the newest checkpoint that verifies as the fix lands (the job may still
-  // write more while the fix is applied). Hashing every shard takes a
-  // moment: outside the lock.
+  // write more while the fix is applied), or the newest the job had when
+  // it first failed if that was newer. Hashing every shard takes a moment:
+  // outside the lock.
   std::optional<int64_t> newest_valid;
   {
     std::string dir;
     bool wanted = false;
     {
       std::lock_guard<std::mutex> g(s.mu);
+      FD_RETURN_IF_ERROR(CanAct(req.session_id(), s.state, s.fix_pending, s.end_requested, s.end_reason, "fix it"));
       for (const auto& rem : s.scenario->remediations()) wanted = wanted || rem.newest_valid_checkpoint();
       dir = s.rec.job().checkpoint().dir();
+      if (s.newest_valid_seen >= 0) newest_valid = s.newest_valid_seen;
     }
     if (wanted && !dir.empty()) {
       auto list = CheckpointsIn(dir);
       if (!list.ok()) return list.status();
       for (const auto& e : *list)  // newest first
         if (e.valid()) {
-          newest_valid = e.step();
+          newest_valid = std::max(newest_valid.value_or(e.step()), e.step());
           break;
         }
     }
@@ -190,6 +194,18 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& re
       if (!std::filesystem::is_directory(kv.value(), ec))
         return NotFound("there is no checkpoint at " + kv.value() + "; `firedrill ckpt list` shows those there are");
     }
+    // One spelling per checkpoint, links resolved: <checkpoint.dir>/step-N,
+    // as the score reads the step it resumes from.
+    if (kv.key() == "checkpoint.resume_from" && !kv.value().empty() && kv.value() != "latest") {
+      namespace fs = std::filesystem;
+      std::error_code ec1, ec2;
+      const fs::path got = fs::weakly_canonical(kv.value(), ec1);
+      const fs::path root = fs::weakly_canonical(s.rec.job().checkpoint().dir(), ec2);
+      if (ec1 || ec2 || got.parent_path() != root || CheckpointStepOf(got.string()) < 0)
+        return InvalidArgument("checkpoint.resume_from takes 'latest' or a step directory of the job's own, " +
+                               s.rec.job().checkpoint().dir() + "/step-N (`firedrill ckpt list` shows them), got " +
+                               kv.value());
+    }
     if (cls == scenario::JobKeyClass::kEnvironment) {
       return InvalidArgument(kv.key() + " describes the machine, not the job (storage, device): no fix changes it");
     }
@@ -203,6 +219,9 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& re
           "hosts) may change; `firedrill scenarios show " + s.scenario->id() + "` lists what else may");
     }
   }
+  for (auto& kv : *req.mutable_settings())
+    if (kv.key() == "checkpoint.resume_from" && !kv.value().empty() && kv.value() != "latest")
+      kv.set_value(std::filesystem::weakly_canonical(kv.value()).string());
   auto number = store_->AddFix(req, UnixNowMs());
   if (!number.ok()) return number.status();
   auto diagnoses = store_->LoadDiagnoses(req.session_id());

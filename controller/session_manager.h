@@ -99,7 +99,7 @@ class SessionManager : public AgentListener {
   StatusOr<v1::VerifyCheckpointResponse> VerifyCheckpoint(const v1::VerifyCheckpointRequest& req);
   StatusOr<v1::LogsResponse> GetLogs(const v1::GetLogsRequest& req);
   StatusOr<v1::SubmitDiagnosisResponse> Diagnose(const v1::SubmitDiagnosisRequest& req);
-  StatusOr<v1::ApplyFixResponse> Fix(const v1::ApplyFixRequest& req);
+  StatusOr<v1::ApplyFixResponse> Fix(const v1::ApplyFixRequest& asked);
   StatusOr<v1::RequestHintResponse> Hint(const std::string& id);
   StatusOr<v1::ScoreReport> GetScore(const std::string& id);
   StatusOr<v1::SessionInfo> End(const std::string& id);
@@ -162,6 +162,7 @@ class SessionManager : public AgentListener {
     std::set<std::string> netns_hosts;     // the fabric's hosts made for this session (HostKey)
     int main_restarts = 0;    // elastic restarts of the drill's run so far
     int64_t main_newest_step = -1;  // the newest step the drill's run reached, across its restarts
+    int64_t newest_valid_seen = -1;  // the newest checkpoint that verified when the job first failed
     bool main_down = false;   // its restarts are spent: it stays failed
     std::deque<v1::SessionEvent> events;
     // The baseline's and the main run's histories (by run name), kept when
@@ -199,7 +200,8 @@ class SessionManager : public AgentListener {
   Status RunJob(Session& s, Lock& lock, RunKind kind, int64_t steps, bool with_faults,
                 const v1::JobSpec* job = nullptr);
   // `restart`: the drill's run again after a failure (elastic), its curves
-  // continued and its one-off faults (registry.h `once`) not sent again.
+  // continued. A one-off fault (registry.h `once`) is sent to no run once
+  // the drill's run has passed its trigger step.
   void StartRun(Session& s, RunKind kind, int64_t steps, bool with_faults,
                 const v1::JobSpec* job = nullptr, bool restart = false);
   // The drill's run until the learner acts (true) or `deadline` (false),
@@ -235,7 +237,8 @@ class SessionManager : public AgentListener {
   // them (run without the session's lock: it hashes every shard).
   StatusOr<std::vector<v1::CheckpointEntry>> CheckpointsIn(const std::string& dir) const;
   // The one checkpoint verification's runs resume from: the fix's
-  // checkpoint.resume_from with "latest" resolved, now, to the newest valid
+  // checkpoint.resume_from with "latest" resolved, now, as the trainer does
+  // (the newest step with a manifest, valid or not)
   // checkpoint in the job's directory; "" for none (from step 0).
   StatusOr<std::string> VerifyResumePoint(Session& s, Lock& lock);
   // Runs `reference` (faults off) `steps` steps to `end_step` and compares

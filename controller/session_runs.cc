@@ -61,7 +61,10 @@ void SessionManager::RemoveHost(Session& s, const std::string& host) {
 
 bool SessionManager::AgentAlive(const Session& s, int rank) {
   const Rank& r = s.ranks[rank];
-  if (r.agent_id.empty() || r.state == RankState::kLost || r.state == RankState::kRetired || r.state == RankState::kStopped) return false;
+  // (A rank stopped with its group keeps its agent: the agent is the node's,
+  // as torchrun's elastic agent is; one torn down by Teardown is forgotten
+  // by the pool.)
+  if (r.agent_id.empty() || r.state == RankState::kLost || r.state == RankState::kRetired) return false;
   if (!pool_->Find(r.agent_id)) return false;
   return !launcher_ || launcher_->Running(r.agent_id);
 }
@@ -169,10 +172,12 @@ void SessionManager::StartRun(Session& s, RunKind kind, int64_t steps, bool with
                                           [&](const std::string& h) { return h == s.rec.hosts(0); }));
     if (with_faults) {
       for (auto f : faults::FaultsFor(all, rank, r.host)) {
-        // A one-off event happened in the drill's first run; its damage
-        // stays where it was done.
+        // A one-off event that has happened (the drill's run got past its
+        // trigger step) is not sent again: its damage stays where it was
+        // done. Until then it is as any fault: a fix applied before it
+        // struck meets it in verification.
         const faults::FaultKind* fk = faults::FindFaultKind(f.kind());
-        if (fk != nullptr && fk->once && (kind != RunKind::kMain || restart)) continue;
+        if (fk != nullptr && fk->once && s.main_newest_step + 1 >= f.trigger_step()) continue;
         // A fault that belongs to a host is already there when a later run
         // starts on that host: the same window (and flapping), from step 0.
         if (kind != RunKind::kMain) {

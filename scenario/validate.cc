@@ -355,6 +355,9 @@ Check CheckScenario(const v1::Scenario& s) {
     if (ck.resume_from() != "latest" || s.job().elastic().max_restarts() < 1)
       return Fail(p + ".kind", "corrupt_checkpoint needs job.checkpoint.resume_from: latest and job.elastic.max_restarts "
                                ">= 1: the damage shows when a restart resumes from it");
+    if (s.job().comm().timeout_s() > 0 && s.job().comm().timeout_s() < 10)
+      return Fail(p + ".kind", "corrupt_checkpoint needs job.comm.timeout_s >= 10 (the host waits up to 3 s for the "
+                               "newest manifest before it damages it, its peers in a collective meanwhile)");
     const int damaged = f.corrupt_checkpoint().checkpoints();
     if (ck.keep() > 0 && ck.keep() <= damaged)
       return Fail(p + ".params.checkpoints", "damages " + std::to_string(damaged) + " checkpoints but checkpoint.keep is " +

@@ -174,8 +174,9 @@ TEST_F(DrillTest, AKilledAgentIsReportedAndTheLauncherRestartsTheJob) {
   const std::vector<int> now = AgentPids(*after);
   ASSERT_EQ(now.size(), 4u);
   EXPECT_NE(now[1], pids[1]);
+  for (int r : {0, 2, 3}) EXPECT_EQ(now[r], pids[r]) << "rank " << r;
   std::vector<int> all = pids;
-  all.push_back(now[1]);
+  all.insert(all.end(), now.begin(), now.end());
   EXPECT_EQ(after->run().state(), "running");
 
   auto ended = c().EndSession(id, std::chrono::seconds(60));
