@@ -374,8 +374,12 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
   if (opts.telemetry) impl->peak_flops = PeakMatmulFlops(impl->threads);
   // Counted from here on: the model's parameters are the first allocations.
   InstallTrackingAllocator();
-  if (job.memory().device_budget_mb() > 0)
-    SetBudget(static_cast<int64_t>(job.memory().device_budget_mb() * 1024 * 1024), impl->rank);
+  // Every run sets it, none or not: an agent process runs one job after
+  // another, and a budget is the device's, not the process's (a healthy
+  // run after a sliced one must not inherit the slice).
+  SetBudget(job.memory().device_budget_mb() > 0 ? static_cast<int64_t>(job.memory().device_budget_mb() * 1024 * 1024)
+                                                : 0,
+            impl->rank);
   try {
     at::set_num_threads(impl->threads);
     auto model = CreateModel(job.model(), SplitMix64(opts.seed ^ HashLabel("model.init")));

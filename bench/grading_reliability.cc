@@ -79,6 +79,7 @@ v1::ApplyFixRequest WrongFix(const v1::Scenario& sc, int culprit) {
   else if (id == "registry-refused") f.add_replace_host_ranks(culprit);  // the elastic restart: from the newest checkpoint
   // The host that went down replaced, the job resumed from `latest` again.
   else if (id == "restart-loop" || id == "power-cut") f.add_replace_host_ranks(culprit);
+  else if (id == "mig-slices") set("comm.bucket_mb", "1");  // smaller buckets: the activations stay
   else f.add_replace_host_ranks(culprit >= 0 ? (culprit + 1) % world : 0);     // a healthy host
   return f;
 }
@@ -210,17 +211,18 @@ Trial Play(cli::DrillClient& c, const v1::Scenario& sc, int64_t seed, bool accep
   }
   const bool damaged_checkpoints = sc.remediations_size() > 0 && sc.remediations(0).newest_valid_checkpoint();
   if (damaged_checkpoints) {
-    // The host has gone down and a restart has read the damage: a
-    // checkpoint fails its check (2 min at most). The accepted fix resumes
-    // from the newest one that verifies.
+    // The host has gone down and a restart has read the damage (the
+    // launcher's restart is in the events; 2 min at most; a checkpoint
+    // being written reads as invalid too, so the listing cannot say). The
+    // accepted fix resumes from the newest one that verifies.
     std::optional<v1::ListCheckpointsResponse> list;
     for (int i = 0; i < 600; ++i) {
-      auto l = c.ListCheckpoints(id);
-      bool bad = false;
-      if (l.ok())
-        for (const auto& e : l->checkpoints()) bad = bad || !e.valid();
-      if (bad) {
-        list = *l;
+      auto st = c.GetStatus(id);
+      bool restarted = false;
+      if (st.ok())
+        for (const auto& e : st->events()) restarted = restarted || e.kind() == "job_restarted";
+      if (restarted) {
+        if (auto l = c.ListCheckpoints(id); l.ok()) list = *l;
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));

@@ -48,6 +48,13 @@ int64_t NewestStep(const v1::SessionStatus& st) {
   return newest;
 }
 
+// "rank 1, 3".
+std::string RanksText(const std::vector<int>& ranks) {
+  std::string who;
+  for (int r : ranks) who += (who.empty() ? "rank " : ", ") + std::to_string(r);
+  return who;
+}
+
 }  // namespace
 
 AutopilotFinding Reason(const v1::SessionStatus& st) {
@@ -102,12 +109,33 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     f.found = true;
     f.cause = "comm-misconfig";
     f.ranks = bad_iface;
-    std::string who;
-    for (int r : bad_iface) who += (who.empty() ? "rank " : ", ") + std::to_string(r);
-    f.evidence = who + " could not create its network transport: \"" + first_error.substr(0, 300) +
+    f.evidence = RanksText(bad_iface) + " could not create its network transport: \"" + first_error.substr(0, 300) +
                  "\". The interface it was told to bind does not exist on that node; the other ranks only "
                  "waited for it. Move the rank to a correctly configured node.";
     for (int r : bad_iface) f.fix.add_replace_host_ranks(r);
+    out.push_back(f);
+    return out;
+  }
+  // Ranks that ran out of device memory: the allocator's own message says
+  // what it tried to allocate, the capacity and what was in use. The same
+  // model and batch on every rank: the whole job's problem.
+  std::vector<int> oom;
+  std::string oom_error;
+  for (const auto& r : st.ranks()) {
+    if (r.state() != "failed" || r.message().find("CUDA out of memory") == std::string::npos) continue;
+    oom.push_back(r.rank());
+    if (oom_error.empty()) oom_error = r.message();
+  }
+  if (!oom.empty()) {
+    f.found = true;
+    f.cause = "out-of-memory";
+    f.evidence = RanksText(oom) + " ran out of device memory: \"" + oom_error.substr(0, 400) + "\"";
+    const auto& model = st.job().model();
+    if (model.kind() == "gpt-tiny" && !model.activation_checkpointing()) {
+      f.evidence += ". The model, batch and context stay: recompute each block's activations in backward "
+                    "(activation checkpointing) instead of keeping them, trading a second forward for memory.";
+      Set(&f.fix, "model.activation_checkpointing", "true");
+    }
     out.push_back(f);
     return out;
   }
@@ -131,9 +159,7 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     f.found = true;
     f.cause = "corrupt-checkpoint";
     f.ranks = bad_shard;
-    std::string who;
-    for (int r : bad_shard) who += (who.empty() ? "rank " : ", ") + std::to_string(r);
-    f.evidence = who + " could not resume: \"" + load_error.substr(0, 300) +
+    f.evidence = RanksText(bad_shard) + " could not resume: \"" + load_error.substr(0, 300) +
                  "\". Its own shard of the checkpoint the restart took as the latest does not match that "
                  "checkpoint's manifest, so every restart dies the same way. Resume from the newest checkpoint "
                  "that verifies.";

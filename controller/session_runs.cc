@@ -171,13 +171,23 @@ void SessionManager::StartRun(Session& s, RunKind kind, int64_t steps, bool with
     job->set_ranks_share_host(std::all_of(s.rec.hosts().begin(), s.rec.hosts().end(),
                                           [&](const std::string& h) { return h == s.rec.hosts(0); }));
     if (with_faults) {
-      for (auto f : faults::FaultsFor(all, rank, r.host)) {
-        // A one-off event that has happened (the drill's run got past its
-        // trigger step) is not sent again: its damage stays where it was
-        // done. Until then it is as any fault: a fix applied before it
-        // struck meets it in verification.
+      std::vector<v1::ResolvedFault> mine = faults::FaultsFor(all, rank, r.host);
+      // A one-off event that has happened (the drill's run got past its
+      // trigger step) is not sent again: its damage stays where it was
+      // done. One that has not is the incident the briefing describes: it
+      // happens whatever a fix did before it, so verification meets it on
+      // its rank, whichever host the rank was moved to (a fix sent before
+      // the incident fixes nothing).
+      auto happened = [&](const v1::ResolvedFault& f) { return s.main_newest_step + 1 >= f.trigger_step(); };
+      auto once = [](const v1::ResolvedFault& f) {
         const faults::FaultKind* fk = faults::FindFaultKind(f.kind());
-        if (fk != nullptr && fk->once && s.main_newest_step + 1 >= f.trigger_step()) continue;
+        return fk != nullptr && fk->once;
+      };
+      if (kind != RunKind::kMain)
+        for (const auto& f : all)
+          if (once(f) && !happened(f) && f.rank() == rank && f.host() != r.host) mine.push_back(f);
+      for (auto f : mine) {
+        if (once(f) && happened(f)) continue;
         // A fault that belongs to a host is already there when a later run
         // starts on that host: the same window (and flapping), from step 0.
         if (kind != RunKind::kMain) {

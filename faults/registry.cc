@@ -4,6 +4,7 @@
 #include "faults/comm_misconfig.h"
 #include "faults/corrupt_checkpoint.h"
 #include "faults/dataloader_starvation.h"
+#include "faults/device_memory.h"
 #include "faults/fp16_overflow.h"
 #include "faults/grad_accumulation.h"
 #include "faults/lr_rule.h"
@@ -39,6 +40,8 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
        nullptr, ApplyLrRule},
       {"grad_accumulation", Scope::kRank, ValidateGradAccumulation,
        nullptr, ApplyGradAccumulation},
+      {"device_memory", Scope::kRank, ValidateDeviceMemory,
+       nullptr, ApplyDeviceMemory},
       {"comm_misconfig", Scope::kHost, ValidateCommMisconfig,
        [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
          return std::make_unique<CommMisconfig>(id, f.comm_misconfig().socket_ifname());

@@ -136,6 +136,25 @@ TEST_F(AttackerTest, ReplacingEveryHostWithoutADiagnosisEarnsNothing) {
   EXPECT_EQ(score->total(), 0);
 }
 
+// A fix sent before the incident of the briefing (a host that will go down
+// and leave damaged checkpoints) fixes nothing: moving every rank to a new
+// host first does not dodge it, verification meets it all the same.
+TEST_F(AttackerTest, AFixBeforeTheIncidentFixesNothing) {
+  auto info = StartRunning(c(), "restart-loop", 1105);
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  v1::ApplyFixRequest fix;
+  fix.set_session_id(info->session_id());
+  for (int r = 0; r < 4; ++r) fix.add_replace_host_ranks(r);
+  auto* s = fix.add_settings();
+  s->set_key("checkpoint.resume_from");
+  s->set_value("latest");
+  auto score = FixAndScore(c(), fix);
+  ASSERT_TRUE(score.ok()) << score.status().message();
+  ASSERT_TRUE(score->final());
+  EXPECT_EQ(Item(*score, "fix")->points(), 0) << Item(*score, "fix")->reason();
+  EXPECT_EQ(score->total(), 0);
+}
+
 // The answers on disk: the state dir and the database are the controller
 // owner's alone, and so is the agents' socket.
 TEST_F(AttackerTest, TheStateIsReadableByItsOwnerOnly) {

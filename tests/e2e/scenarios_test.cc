@@ -63,6 +63,8 @@ const std::vector<Case> kCases = {
     // Checkpointing and restart.
     {"restart-loop", 101, {"corrupt-checkpoint"}},
     {"power-cut", 103, {"corrupt-checkpoint"}},
+    // Memory.
+    {"mig-slices", 105, {"out-of-memory"}},
 };
 
 class ScenarioTest : public ControllerTest {

@@ -10,6 +10,7 @@
 
 #include "agent/checkpoint.h"
 #include "agent/memory.h"
+#include "faults/registry.h"
 #include "tests/integration/rank_threads.h"
 
 namespace firedrill::agent {
@@ -156,6 +157,39 @@ TEST(TrainerModes, DeviceBudgetOverflowIsACudaStyleOutOfMemoryError) {
   EXPECT_NE(msg.find("rank 0 step 0"), std::string::npos) << msg;
   EXPECT_NE(msg.find("CUDA out of memory. Tried to allocate"), std::string::npos) << msg;
   EXPECT_NE(msg.find("10.00 MiB total capacity"), std::string::npos) << msg;
+}
+
+// device_memory's signature against the same job without the fault: the
+// same GPT job that peaks above the new devices' memory fails its first
+// step there with the allocator's error; recomputing each block's
+// activations in backward brings its peak under it, and it trains the same.
+TEST(TrainerModes, ActivationCheckpointingFitsAJobTheNewDevicesCannotHold) {
+  auto job = GptJob(1);  // one rank: the tracker counts the whole process
+  job.mutable_model()->set_layers(4);
+  job.mutable_model()->set_seq_len(256);
+  job.set_steps(3);
+  auto whole = RunJob(job, {});
+  ExpectAllOk(whole);
+  const int64_t peak = whole[0].reports.back().mem_peak_bytes();
+  const double budget_mb = 0.6 * static_cast<double>(peak) / (1 << 20);
+  v1::ResolvedFault f;
+  f.set_kind("device_memory");
+  f.set_all_ranks(true);
+  f.mutable_device_memory()->set_budget_mb(budget_mb);
+  v1::JobSpec sliced = job;
+  faults::ApplyFaultsToJob({f}, &sliced);
+  EXPECT_EQ(sliced.memory().device_budget_mb(), budget_mb);
+  auto oom = RunJob(sliced, {});
+  SetBudget(0);
+  ASSERT_FALSE(oom[0].status.ok());
+  EXPECT_NE(oom[0].status.message().find("CUDA out of memory. Tried to allocate"), std::string::npos)
+      << oom[0].status.message();
+  sliced.mutable_model()->set_activation_checkpointing(true);
+  auto recomputed = RunJob(sliced, {});
+  SetBudget(0);
+  ExpectAllOk(recomputed);
+  EXPECT_LT(recomputed[0].reports.back().mem_peak_bytes(), 0.6 * peak);
+  EXPECT_EQ(recomputed[0].params, whole[0].params) << "the same maths: only when activations exist differs";
 }
 
 TEST(TrainerModes, CheckpointsAreWrittenVerifiedAndPruned) {

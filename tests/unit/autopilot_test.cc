@@ -401,3 +401,30 @@ TEST(AutopilotCheckpoints, GoesBackToTheNewestCheckpointThatVerifies) {
 
 }  // namespace
 }  // namespace firedrill::cli
+
+namespace firedrill::cli {
+namespace {
+
+TEST(AutopilotMemory, EveryRankOutOfMemoryIsTheJobsAndRecomputesActivations) {
+  v1::SessionStatus st;
+  st.mutable_job()->mutable_model()->set_kind("gpt-tiny");
+  for (int r = 0; r < 2; ++r) {
+    auto* rank = st.add_ranks();
+    rank->set_rank(r);
+    rank->set_state("failed");
+    rank->set_message("rank " + std::to_string(r) + " step 0: forward: CUDA out of memory. Tried to allocate 8.00 MiB "
+                      "(GPU 0; 96.00 MiB total capacity; 91.20 MiB already allocated)");
+  }
+  auto found = ReasonAll(st);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].cause, "out-of-memory");
+  EXPECT_TRUE(found[0].ranks.empty()) << "the same model and batch everywhere: the whole job's";
+  ASSERT_EQ(found[0].fix.settings_size(), 1);
+  EXPECT_EQ(found[0].fix.settings(0).key(), "model.activation_checkpointing");
+  // Already recomputing: nothing left to turn on, no fix guessed.
+  st.mutable_job()->mutable_model()->set_activation_checkpointing(true);
+  EXPECT_EQ(ReasonAll(st)[0].fix.settings_size(), 0);
+}
+
+}  // namespace
+}  // namespace firedrill::cli

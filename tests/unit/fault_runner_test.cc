@@ -63,7 +63,7 @@ TEST(Registry, KnowsTheKindsAndWhichActAtRunTime) {
   EXPECT_EQ(FindFaultKind("gremlin"), nullptr);
   EXPECT_EQ(FaultKindNames(),
             (std::vector<std::string>{"straggler", "dataloader_starvation", "padding_waste", "tiny_buckets",
-                                      "collective_desync", "fp16_overflow", "lr_rule", "grad_accumulation", "comm_misconfig", "silent_divergence",
+                                      "collective_desync", "fp16_overflow", "lr_rule", "grad_accumulation", "device_memory", "comm_misconfig", "silent_divergence",
                                       "corrupt_checkpoint", "slow_link"}));
   EXPECT_TRUE(FindFaultKind("corrupt_checkpoint")->once) << "an event: the drill's first run only";
   EXPECT_FALSE(FindFaultKind("straggler")->once) << "a condition of its host: every run there";

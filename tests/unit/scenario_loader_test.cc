@@ -175,11 +175,11 @@ TEST(ScenarioLoader, FaultWindowsAndFlapping) {
 TEST(ScenarioLoader, UnknownFaultKindListsKnownKinds) {
   EXPECT_EQ(ErrorOf(With("kind: straggler", "kind: gremlin")),
             "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, dataloader_starvation, padding_waste, "
-            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, comm_misconfig, silent_divergence, corrupt_checkpoint, slow_link");
+            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, comm_misconfig, silent_divergence, corrupt_checkpoint, slow_link");
   std::string no_params = With("    params: {slowdown: 2.0}\n", "");
   EXPECT_EQ(ErrorOf(no_params.replace(no_params.find("kind: straggler"), 15, "kind: gremlin")),
             "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, dataloader_starvation, padding_waste, "
-            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, comm_misconfig, silent_divergence, corrupt_checkpoint, slow_link");
+            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, comm_misconfig, silent_divergence, corrupt_checkpoint, slow_link");
 }
 
 // kGood as a silent-divergence drill: `verify` and `checkpoint` as given.
