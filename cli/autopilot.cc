@@ -1,6 +1,7 @@
 #include "cli/autopilot.h"
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -46,6 +47,19 @@ int64_t NewestStep(const v1::SessionStatus& st) {
   int64_t newest = -1;
   for (const auto& r : st.ranks()) newest = std::max<int64_t>(newest, r.step());
   return newest;
+}
+
+// The failed ranks whose error `matches`, and (in `first`) the first such
+// error.
+std::vector<int> FailedWith(const v1::SessionStatus& st, std::string* first,
+                            const std::function<bool(const std::string&)>& matches) {
+  std::vector<int> out;
+  for (const auto& r : st.ranks()) {
+    if (r.state() != "failed" || !matches(r.message())) continue;
+    out.push_back(r.rank());
+    if (first->empty()) *first = r.message();
+  }
+  return out;
 }
 
 // "rank 1, 3".
@@ -94,17 +108,10 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
   AutopilotFinding f;
   // 0. Ranks that failed: their own error says why; peers that failed with
   // timeouts only waited for them.
-  std::vector<int> bad_iface;
   std::string first_error;
-  for (const auto& r : st.ranks()) {
-    if (r.state() != "failed") continue;
-    const std::string& m = r.message();
-    if (m.find("Unable to find address for") != std::string::npos ||
-        m.find("interface") != std::string::npos) {
-      bad_iface.push_back(r.rank());
-      if (first_error.empty()) first_error = m;
-    }
-  }
+  const std::vector<int> bad_iface = FailedWith(st, &first_error, [](const std::string& m) {
+    return m.find("Unable to find address for") != std::string::npos || m.find("interface") != std::string::npos;
+  });
   if (!bad_iface.empty()) {
     f.found = true;
     f.cause = "comm-misconfig";
@@ -119,13 +126,9 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
   // Ranks that ran out of device memory: the allocator's own message says
   // what it tried to allocate, the capacity and what was in use. The same
   // model and batch on every rank: the whole job's problem.
-  std::vector<int> oom;
   std::string oom_error;
-  for (const auto& r : st.ranks()) {
-    if (r.state() != "failed" || r.message().find("CUDA out of memory") == std::string::npos) continue;
-    oom.push_back(r.rank());
-    if (oom_error.empty()) oom_error = r.message();
-  }
+  const std::vector<int> oom = FailedWith(
+      st, &oom_error, [](const std::string& m) { return m.find("CUDA out of memory") != std::string::npos; });
   if (!oom.empty()) {
     f.found = true;
     f.cause = "out-of-memory";
@@ -142,19 +145,14 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
   // A restart that died loading its checkpoint: the resume names the shard
   // and what is wrong with it (each rank loads its own). Which checkpoint to
   // go back to is for `ckpt list` to say (RunAutopilot).
-  std::vector<int> bad_shard;
   std::string load_error;
-  for (const auto& r : st.ranks()) {
-    const std::string& m = r.message();
-    if (r.state() != "failed" || m.find("resume from") == std::string::npos) continue;
+  const std::vector<int> bad_shard = FailedWith(st, &load_error, [](const std::string& m) {
     // Its bytes against the manifest (not a world size or config that
     // changed: that checkpoint is fine, the job is not the same).
-    if (m.find("mismatch (manifest ") == std::string::npos && m.find("missing shard") == std::string::npos &&
-        m.find("no manifest.json") == std::string::npos && m.find("manifest (") == std::string::npos)
-      continue;
-    bad_shard.push_back(r.rank());
-    if (load_error.empty()) load_error = m;
-  }
+    return m.find("resume from") != std::string::npos &&
+           (m.find("mismatch (manifest ") != std::string::npos || m.find("missing shard") != std::string::npos ||
+            m.find("no manifest.json") != std::string::npos || m.find("manifest (") != std::string::npos);
+  });
   if (!bad_shard.empty()) {
     f.found = true;
     f.cause = "corrupt-checkpoint";
