@@ -141,18 +141,14 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& as
     {
       std::lock_guard<std::mutex> g(s.mu);
       FD_RETURN_IF_ERROR(CanAct(req.session_id(), s.state, s.fix_pending, s.end_requested, s.end_reason, "fix it"));
-      for (const auto& rem : s.scenario->remediations()) wanted = wanted || rem.newest_valid_checkpoint();
+      wanted = ScoresLostWork(*s.scenario);
       dir = s.rec.job().checkpoint().dir();
       if (s.newest_valid_seen >= 0) newest_valid = s.newest_valid_seen;
     }
     if (wanted && !dir.empty()) {
-      auto list = CheckpointsIn(dir);
-      if (!list.ok()) return list.status();
-      for (const auto& e : *list)  // newest first
-        if (e.valid()) {
-          newest_valid = std::max(newest_valid.value_or(e.step()), e.step());
-          break;
-        }
+      auto now = NewestValidStep(dir);
+      if (!now.ok()) return now.status();
+      if (*now >= 0) newest_valid = std::max(newest_valid.value_or(*now), *now);
     }
   }
   std::unique_lock<std::mutex> lock(s.mu);

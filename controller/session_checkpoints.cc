@@ -97,6 +97,20 @@ StatusOr<std::vector<v1::CheckpointEntry>> SessionManager::CheckpointsIn(const s
   return out;
 }
 
+StatusOr<int64_t> SessionManager::NewestValidStep(const std::string& dir) const {
+  auto list = CheckpointsIn(dir);
+  if (!list.ok()) return list.status();
+  for (const auto& e : *list)  // newest first
+    if (e.valid()) return e.step();
+  return int64_t{-1};
+}
+
+bool ScoresLostWork(const v1::Scenario& sc) {
+  for (const auto& rem : sc.remediations())
+    if (rem.newest_valid_checkpoint()) return true;
+  return false;
+}
+
 StatusOr<std::string> SessionManager::VerifyResumePoint(Session& s, Lock& lock) {
   const v1::CheckpointSpec ck = s.rec.job().checkpoint();
   if (ck.resume_from() != "latest") return ck.resume_from();

@@ -343,21 +343,12 @@ bool SessionManager::SuperviseMain(Session& s, Lock& lock, std::chrono::steady_c
     // The newest checkpoint that verified when the job first went down:
     // the fix's lost work is counted from it (a later deletion or more
     // damage does not move it back).
-    if (s.newest_valid_seen < 0) {
-      bool wanted = false;
-      for (const auto& rem : s.scenario->remediations()) wanted = wanted || rem.newest_valid_checkpoint();
-      const std::string dir = s.rec.job().checkpoint().dir();
-      if (wanted && !dir.empty()) {
-        lock.unlock();
-        auto list = CheckpointsIn(dir);
-        lock.lock();
-        if (list.ok())
-          for (const auto& e : *list)
-            if (e.valid()) {
-              s.newest_valid_seen = e.step();
-              break;
-            }
-      }
+    if (const std::string dir = s.rec.job().checkpoint().dir();
+        s.newest_valid_seen < 0 && ScoresLostWork(*s.scenario) && !dir.empty()) {
+      lock.unlock();
+      auto newest_valid = NewestValidStep(dir);
+      lock.lock();
+      if (newest_valid.ok()) s.newest_valid_seen = *newest_valid;
       if (acted()) return true;
     }
     // Ranks that only stopped with the group did not finish anything.

@@ -47,6 +47,9 @@ std::string CheckpointStepDir(const std::string& dir, int64_t step);
 // <state_dir>/sessions/<id>/<what>, absolute: a session's checkpoints
 // ("checkpoints") and its verification runs' ("verify-checkpoints").
 std::string SessionFilesDir(const std::string& state_dir, const std::string& session_id, const std::string& what);
+// True if a remediation of `sc` scores the training a fix's resume throws
+// away (Remediation.newest_valid_checkpoint).
+bool ScoresLostWork(const v1::Scenario& sc);
 
 struct SessionManagerOptions {
   std::string state_dir;
@@ -236,6 +239,8 @@ class SessionManager : public AgentListener {
   // Every checkpoint under `dir`, newest first, as firedrill-ckpt verifies
   // them (run without the session's lock: it hashes every shard).
   StatusOr<std::vector<v1::CheckpointEntry>> CheckpointsIn(const std::string& dir) const;
+  // The step of the newest of them that verifies; -1 for none (unlocked too).
+  StatusOr<int64_t> NewestValidStep(const std::string& dir) const;
   // The one checkpoint verification's runs resume from: the fix's
   // checkpoint.resume_from with "latest" resolved, now, as the trainer does
   // (the newest step with a manifest, valid or not)
