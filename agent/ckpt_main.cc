@@ -5,6 +5,7 @@
 //   firedrill-ckpt verify STEP_DIR [--json]  exit 0 if loadable, else 1 + one line;
 //                                         a loadable one's model replicas compared across ranks
 //   firedrill-ckpt export STEP_DIR OUT    model state for Python's torch.load
+//   firedrill-ckpt diff STEP_A STEP_B [--json]  two checkpoints of one job, part by part, bitwise
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "agent/checkpoint.h"
+#include "agent/ckpt_diff.h"
 
 namespace fa = firedrill::agent;
 
@@ -74,6 +76,25 @@ std::string ReplicaText(const std::vector<fa::ReplicaTensor>& replicas) {
          " tensors are bitwise the same in every rank's shard" + odd;
 }
 
+// What rank 0's shard holds, part by part: "holds (rank 0): model 6
+// tensors, optim 13 tensors, rng, loss_scaler, data_cursor (batch=520 ...), step 520".
+std::string ContentsText(const std::string& step_dir) {
+  auto shard = fa::LoadShard(step_dir, 0);
+  if (!shard.ok()) return "";
+  std::map<std::string, int> tensors;
+  for (const auto& [name, t] : shard->tensors) ++tensors[name.substr(0, name.find('/'))];
+  std::string out = "holds (rank 0's shard):";
+  for (const char* part : {"model", "optim"})
+    out += std::string(" ") + part + " " + std::to_string(tensors[part]) + " tensors,";
+  out += tensors["rng"] > 0 ? " rng," : "";
+  for (const auto& [name, value] : shard->blobs) {
+    if (name == "job") continue;
+    out += " " + name + (name == "loss_scaler" ? "" : " " + value) + ",";
+  }
+  out.pop_back();
+  return out;
+}
+
 int Verify(const std::string& step_dir, bool as_json) {
   nlohmann::json out = {{"dir", step_dir}, {"valid", false}, {"replicas", nlohmann::json::array()}};
   auto report = [&](int code, const std::string& detail) {
@@ -93,7 +114,44 @@ int Verify(const std::string& step_dir, bool as_json) {
   auto replicas = fa::CompareReplicas(step_dir);
   if (!replicas.ok()) return report(1, detail + "\nbut its replicas cannot be compared: " + replicas.status().message());
   for (const auto& t : *replicas) out["replicas"].push_back({{"name", t.name}, {"numel", t.numel}, {"sha256", t.sha256}});
-  return report(0, detail + "\n" + ReplicaText(*replicas));
+  const std::string contents = ContentsText(step_dir);
+  return report(0, detail + (contents.empty() ? "" : "\n" + contents) + "\n" + ReplicaText(*replicas));
+}
+
+int Diff(const std::string& a, const std::string& b, bool as_json) {
+  auto d = fa::DiffCheckpoints(a, b);
+  if (!d.ok()) {
+    std::cerr << "firedrill-ckpt diff: " << d.status().message() << "\n";
+    return 2;
+  }
+  bool same = true;
+  nlohmann::json parts = nlohmann::json::array();
+  for (const auto& p : d->parts) {
+    same = same && p.differ == 0;
+    parts.push_back({{"part", p.part}, {"entries", p.entries}, {"differ", p.differ}, {"ranks", p.ranks},
+                     {"max_abs_diff", p.max_abs_diff}, {"a_value", p.a_value}, {"b_value", p.b_value},
+                     {"first_differing", p.first_differing}, {"missing", p.missing}});
+  }
+  if (as_json) {
+    std::cout << nlohmann::json{{"a", a}, {"b", b}, {"world_size", d->world_size}, {"same", same}, {"parts", parts}}.dump(2)
+              << "\n";
+  } else {
+    std::printf("%-12s %-8s %-7s %-10s %s\n", "PART", "ENTRIES", "DIFFER", "RANKS", "MAX |A-B|");
+    for (const auto& p : d->parts) {
+      std::string ranks;
+      for (int r : p.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+      char diff[32];
+      std::snprintf(diff, sizeof diff, "%.3g", p.max_abs_diff);
+      const std::string what = p.differ == 0                               ? "-"
+                               : !p.a_value.empty() || !p.b_value.empty() ? p.a_value + " | " + p.b_value
+                               : p.missing == p.differ                    ? "only one holds them"
+                               : p.max_abs_diff > 0                       ? std::string(diff)
+                                                                          : "other bytes";
+      std::printf("%-12s %-8d %-7d %-10s %s\n", p.part.c_str(), p.entries, p.differ, ranks.empty() ? "-" : ranks.c_str(),
+                  what.c_str());
+    }
+  }
+  return same ? 0 : 1;
 }
 
 int Export(const std::string& step_dir, const std::string& out) {
@@ -127,8 +185,16 @@ int main(int argc, char** argv) {
   exp->add_option("STEP_DIR", step_dir, "a step-<N> folder")->required();
   exp->add_option("OUT_FILE", out, "file to write")->required();
 
+  std::string other;
+  auto* diff = app.add_subcommand("diff", "Compare two checkpoints of one job part by part (model, optim, rng, "
+                                          "loss_scaler, data_cursor, step), bitwise; exit 0 if all the same, 1 if not");
+  diff->add_option("STEP_A", step_dir, "a step-<N> folder")->required();
+  diff->add_option("STEP_B", other, "another step-<N> folder of the same job")->required();
+  diff->add_flag("--json", as_json, "machine-readable output");
+
   CLI11_PARSE(app, argc, argv);
   if (list->parsed()) return List(root, as_json);
   if (verify->parsed()) return Verify(step_dir, as_json);
+  if (diff->parsed()) return Diff(step_dir, other, as_json);
   return Export(step_dir, out);
 }

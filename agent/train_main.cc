@@ -6,7 +6,9 @@
 //   firedrill-train scenarios/throughput-halved.yaml --steps 50 --set optim.lr=0.1
 //   firedrill-train S.yaml --steps 100 --set checkpoint.every=50 --set checkpoint.dir=/tmp/ck
 //   firedrill-train S.yaml --steps 50 --set checkpoint.dir=/tmp/ck --set checkpoint.resume_from=latest
+//   firedrill-train --job job.txtpb --steps 20     a JobSpec in protobuf text form (the resume probe's)
 #include <CLI/CLI.hpp>
+#include <google/protobuf/text_format.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -22,6 +24,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <future>
 #include <mutex>
 #include <string>
@@ -66,9 +69,12 @@ void PrintStep(const v1::StepReport& r) {
 // One rank, in its own process: trains, then writes its per-step losses
 // (hex floats) and final parameters into `work`. Rank 0 writes its store's
 // address to `addr_out`; the others read it from `addr_in`.
+bool checkpoint_at_start = false;
+
 int RunRank(const v1::JobSpec& job, int rank, int64_t seed, int64_t steps, int log_every, const std::string& work,
             int addr_out, int addr_in) {
   agent::TrainerOptions o;
+  o.checkpoint_at_start = checkpoint_at_start;
   o.job = job;
   o.rank = rank;
   o.seed = static_cast<uint64_t>(seed);
@@ -113,12 +119,14 @@ int RunRank(const v1::JobSpec& job, int rank, int64_t seed, int64_t steps, int l
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string scenario_path, losses_path, params_path;
+  std::string scenario_path, job_path, losses_path, params_path;
   std::vector<std::string> sets;
   int64_t steps = 0, seed = 1;
   int log_every = 10;
   CLI::App app{"firedrill-train: run a scenario's job (without its faults) on this machine, one process per rank"};
-  app.add_option("scenario", scenario_path, "scenario YAML file whose job to run")->required();
+  auto* from_scenario = app.add_option("scenario", scenario_path, "scenario YAML file whose job to run");
+  auto* from_job = app.add_option("--job", job_path, "a JobSpec in protobuf text form to run instead of a scenario's job");
+  from_scenario->excludes(from_job);
   app.add_option("--steps", steps, "optimiser steps to run (default: the job's steps)");
   app.add_option("--seed", seed, "session seed (model init, data order)")->capture_default_str();
   app.add_option("--set", sets, "override a job setting, key=value (as `firedrill fix --set`)");
@@ -126,15 +134,36 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--losses", losses_path, "write every rank's per-step loss (hex float) to FILE");
   app.add_option("--params", params_path, "write every rank's final parameters (raw fp32, rank order) to FILE");
+  app.add_flag("--checkpoint-at-start", checkpoint_at_start,
+               "also checkpoint the state as the run starts (resumed or not), before its first step");
   CLI11_PARSE(app, argc, argv);
   InitLogging("train");
 
-  auto sc = scenario::LoadScenarioFile(scenario_path);
-  if (!sc.ok()) {
-    std::fprintf(stderr, "firedrill-train: %s\n", sc.status().message().c_str());
+  if (scenario_path.empty() && job_path.empty()) {
+    std::fprintf(stderr, "firedrill-train: give a scenario file or --job FILE\n");
     return 2;
   }
-  v1::JobSpec job = sc->job();
+  v1::JobSpec job;
+  if (!job_path.empty()) {
+    std::ifstream in(job_path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) {
+      std::fprintf(stderr, "firedrill-train: cannot read %s\n", job_path.c_str());
+      return 2;
+    }
+    if (!google::protobuf::TextFormat::ParseFromString(text, &job)) {
+      std::fprintf(stderr, "firedrill-train: %s is not a JobSpec in protobuf text form\n", job_path.c_str());
+      return 2;
+    }
+    scenario_path = job_path;  // what errors name
+  } else {
+    auto sc = scenario::LoadScenarioFile(scenario_path);
+    if (!sc.ok()) {
+      std::fprintf(stderr, "firedrill-train: %s\n", sc.status().message().c_str());
+      return 2;
+    }
+    job = sc->job();
+  }
   for (const auto& kv : sets) {
     const auto eq = kv.find('=');
     Status st = eq == std::string::npos

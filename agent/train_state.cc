@@ -89,7 +89,7 @@ ShardData CaptureTrainState(const TrainModel& model, const Optimizer& optim, con
 }
 
 StatusOr<RestoredState> RestoreTrainState(const ShardData& shard, TrainModel& model, Optimizer& optim,
-                                          LossScaler& scaler) {
+                                          LossScaler& scaler, const RestoreParts& parts) {
   auto blob = [&](const char* key) -> StatusOr<std::string> {
     auto it = shard.blobs.find(key);
     if (it == shard.blobs.end()) return DataLoss(std::string("no \"") + key + "\" entry in the shard");
@@ -111,7 +111,7 @@ StatusOr<RestoredState> RestoreTrainState(const ShardData& shard, TrainModel& mo
   if (!cursor_text.ok()) return cursor_text.status();
   auto cursor = DataCursor::Parse(*cursor_text);
   if (!cursor.ok()) return DataLoss("\"data_cursor\" entry: " + cursor.status().message());
-  out.cursor = *cursor;
+  out.cursor = parts.data ? *cursor : DataCursor{};  // batch 0: the samples come again
 
   std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (live parameter, saved value)
   for (const auto& kv : model.module().named_parameters()) {
@@ -135,13 +135,17 @@ StatusOr<RestoredState> RestoreTrainState(const ShardData& shard, TrainModel& mo
   if (rng == shard.tensors.end()) return DataLoss(std::string("no \"") + kRngKey + "\" entry in the shard");
 
   // Optimiser first: LoadState leaves the state unchanged on error.
-  FD_RETURN_IF_ERROR(optim.LoadState(optim_state));
-  FD_RETURN_IF_ERROR(scaler.set_state(*scaler_state));
+  if (parts.optim) {
+    FD_RETURN_IF_ERROR(optim.LoadState(optim_state));
+    FD_RETURN_IF_ERROR(scaler.set_state(*scaler_state));
+  }
   try {
     at::NoGradGuard no_grad;
     for (auto& [live, saved] : copies) live.detach().copy_(saved);
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    gen.set_state(rng->second);
+    if (parts.rng) {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      gen.set_state(rng->second);
+    }
   } catch (const std::exception& e) {
     return Internal("restoring the checkpoint failed: " + ErrorText(e));
   }

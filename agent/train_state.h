@@ -18,6 +18,7 @@
 
 #include "agent/checkpoint.h"
 #include "agent/data.h"
+#include "common/restore_parts.h"
 #include "common/status.h"
 #include "firedrill/v1/scenario.pb.h"
 
@@ -49,9 +50,12 @@ struct RestoredState {
 // Puts a shard's state back into the model, optimiser, scaler and the CPU
 // generator. Checks every parameter is present with its shape and dtype
 // before changing anything; errors name the entry ("model/h.0.attn.c_attn.weight:
-// shape [96, 32] in the checkpoint, [192, 64] in this model").
+// shape [96, 32] in the checkpoint, [192, 64] in this model"). `parts`
+// (checkpoint.restore) leaves out what a partial resume does not load: the
+// optimiser and scaler as constructed, the generator as it is, and a data
+// cursor at the start of the dataset. The shard must hold all of it anyway.
 StatusOr<RestoredState> RestoreTrainState(const ShardData& shard, TrainModel& model, Optimizer& optim,
-                                          LossScaler& scaler);
+                                          LossScaler& scaler, const RestoreParts& parts = {});
 
 // Where and what a sharded checkpoint is.
 struct CheckpointTarget {

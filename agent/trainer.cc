@@ -168,6 +168,8 @@ Status ValidateJob(const TrainerOptions& o) {
     return InvalidArgument("checkpoint.every is set but checkpoint.dir is empty: say where checkpoints go");
   if (j.checkpoint().resume_from() == "latest" && j.checkpoint().dir().empty())
     return InvalidArgument("checkpoint.resume_from is \"latest\" but checkpoint.dir is empty");
+  if (auto parts = ParseRestoreParts(j.checkpoint().restore()); !parts.ok())
+    return InvalidArgument("checkpoint.restore: " + parts.status().message());
   if (!(j.memory().device_budget_mb() >= 0)) return InvalidArgument("memory.device_budget_mb must be >= 0 (0 = unlimited)");
   if (o.rank > 0 && !o.await_store)
     return InvalidArgument("rank " + std::to_string(o.rank) + " needs await_store");
@@ -435,12 +437,21 @@ Status Trainer::Impl::Resume(const std::string& who) {
   expect.config_hash = config_hash;
   auto shard = LoadShard(dir, rank, expect);
   if (!shard.ok()) return WithPrefix(who + "resume from " + dir + ": ", shard.status());
+  auto parsed = ParseRestoreParts(ck.restore());
+  if (!parsed.ok()) return InvalidArgument(who + "checkpoint.restore: " + parsed.status().message());
+  const RestoreParts parts = *parsed;
   std::lock_guard<std::mutex> lock(param_mu);
-  auto restored = RestoreTrainState(*shard, *model, *optim, *scaler);
+  auto restored = RestoreTrainState(*shard, *model, *optim, *scaler, parts);
   if (!restored.ok()) return WithPrefix(who + "resume from " + dir + ": ", restored.status());
   steps_done.store(restored->step);
   resume_cursor = std::make_unique<DataCursor>(restored->cursor);
-  spdlog::info("{}resumed from {} at step {}", who, dir, restored->step);
+  // What a framework prints when it skips part of a checkpoint (Megatron's
+  // "not loading optimizer state"): the one line that says so.
+  if (parts.All())
+    spdlog::info("{}resumed from {} at step {}", who, dir, restored->step);
+  else
+    spdlog::info("{}resumed from {} at step {}: loaded {} (checkpoint.restore); not loaded: {}", who, dir,
+                 restored->step, parts.ToString(), parts.Missing());
   return Status::Ok();
 }
 
@@ -612,6 +623,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
   report.set_rank(rank);
   StepMemoryProbe probe;
   double sample_latency_ms = data.sample_latency_ms;
+  if (opts.checkpoint_at_start && ckpt_every > 0) FD_RETURN_IF_ERROR(SaveCheckpoint(pg, *loader, step));
   try {
     for (; step < end; ++step) {
       const auto t_step = Clock::now();
@@ -799,6 +811,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         report.set_skipped_total(scaler->skipped_total());
         report.set_micro_batches(accum);
         report.set_global_batch(global_batch);
+        report.set_consumed_samples(loader->Cursor().next_batch * data.batch_size * world);
         report.set_samples_per_s(step_ms > 0 ? data.batch_size * accum * 1000.0 / step_ms : 0.0);
         report.set_tokens_per_s(step_ms > 0 ? tokens * 1000.0 / step_ms : 0.0);
         report.set_model_flops_per_s(step_ms > 0 ? model_flops * 1000.0 / step_ms : 0.0);

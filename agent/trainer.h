@@ -58,6 +58,10 @@ struct TrainerOptions {
   // Off: no StepReport is built and on_step is never called (the baseline
   // of the telemetry-overhead benchmark); training is otherwise identical.
   bool telemetry = true;
+  // A checkpoint (checkpoint.every > 0) of the state as the run starts,
+  // resumed or not, before its first step: what a resume put back, for the
+  // resume probe (controller/session_resume_probe.cc) to compare.
+  bool checkpoint_at_start = false;
   // Sees every micro-batch just before its forward pass (tests compare
   // against PyTorch on exactly these batches); `micro` counts from 0 within
   // the optimiser step. Called on the training thread.

@@ -80,6 +80,8 @@ v1::ApplyFixRequest WrongFix(const v1::Scenario& sc, int culprit) {
   // The host that went down replaced, the job resumed from `latest` again.
   else if (id == "restart-loop" || id == "power-cut") f.add_replace_host_ranks(culprit);
   else if (id == "mig-slices") set("comm.bucket_mb", "1");  // smaller buckets: the activations stay
+  // All of the state loaded, from `latest`: written after the lossy restart.
+  else if (id == "night-restart" || id == "data-audit") set("checkpoint.restore", "all");
   else f.add_replace_host_ranks(culprit >= 0 ? (culprit + 1) % world : 0);     // a healthy host
   return f;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <map>
 #include <thread>
@@ -584,6 +585,44 @@ AutopilotFinding ReasonChecksums(const v1::RunProbeResponse& r) {
   return f;
 }
 
+int64_t FirstRestartStep(const v1::SessionStatus& st) {
+  for (const auto& e : st.events()) {
+    if (e.kind() != "job_restarted") continue;
+    const std::string key = "resuming from latest (step-";
+    const size_t at = e.message().find(key);
+    if (at == std::string::npos) return -1;
+    return std::atoll(e.message().c_str() + at + key.size());
+  }
+  return -1;
+}
+
+AutopilotFinding ReasonResume(const v1::RunProbeResponse& resume, const v1::ListCheckpointsResponse& list,
+                              int64_t restart_step) {
+  AutopilotFinding f;
+  const v1::ResumeProbe& p = resume.resume();
+  if (p.same() || p.parts_size() == 0) return f;
+  std::string differ;
+  for (const auto& part : p.parts())
+    if (part.differ() > 0) differ += (differ.empty() ? "" : ", ") + part.part();
+  f.found = true;
+  f.cause = "resume-without-state";
+  f.evidence = "probe resume from " + p.from_dir() + ": after a save at step " + std::to_string(p.saved_at()) +
+               " and a resume (checkpoint.restore: " + p.restore() + "), the state at step " +
+               std::to_string(p.to_step()) + " differs from the same steps run straight in: " + differ +
+               ". The job restarted from step " + std::to_string(restart_step);
+  Set(&f.fix, "checkpoint.restore", "all");
+  std::string dir;
+  for (const auto& c : list.checkpoints())  // newest first
+    if (c.valid() && c.step() <= restart_step) {
+      dir = c.dir();
+      break;
+    }
+  Set(&f.fix, "checkpoint.resume_from", dir);
+  f.evidence += dir.empty() ? "; no checkpoint from before it is left, so from scratch"
+                            : "; the newest checkpoint written before it: " + dir;
+  return f;
+}
+
 std::string NewestValidCheckpoint(const v1::ListCheckpointsResponse& list, std::string* why) {
   for (const auto& c : list.checkpoints()) {  // newest first
     const std::string step = "step " + std::to_string(c.step());
@@ -821,6 +860,24 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
           d.evidence += ". Checkpoints, newest first: " + why +
                         (dir.empty() ? "; none agrees, so from scratch" : "; resume from " + dir);
         }
+        healthy = false;
+        findings = {d};
+      }
+    }
+  }
+  // A job that restarted and runs as it did: did the restart carry the
+  // whole state through? A save and resume against the same steps straight.
+  if (const int64_t restart = FirstRestartStep(*st); healthy && restart > 0) {
+    v1::RunProbeRequest pr;
+    pr.set_session_id(id);
+    pr.mutable_spec()->set_op("resume");
+    auto probe = client.RunProbe(pr);
+    auto list = client.ListCheckpoints(id);
+    if (probe.ok() && list.ok()) {
+      out << "\n";
+      PrintProbe(*probe, out);
+      AutopilotFinding d = ReasonResume(*probe, *list, restart);
+      if (d.found) {
         healthy = false;
         findings = {d};
       }

@@ -82,6 +82,19 @@ std::string RollbackPoint(const std::vector<v1::VerifyCheckpointResponse>& verif
 // and its verdict.
 std::string NewestValidCheckpoint(const v1::ListCheckpointsResponse& list, std::string* why);
 
+// The step the job's first elastic restart resumed from (its job_restarted
+// event: "... resuming from latest (step-N) ..."); -1 if it has not
+// restarted, or restarted from step 0.
+int64_t FirstRestartStep(const v1::SessionStatus& st);
+
+// A save and resume against the same steps straight (`probe resume`): the
+// parts of the state that differ mean the job's resume path loses them.
+// The fix loads all of it and resumes from the newest checkpoint in `list`
+// written before the first restart (`restart_step`): every later one
+// descends from the lossy resume. Found only when parts differ.
+AutopilotFinding ReasonResume(const v1::RunProbeResponse& resume, const v1::ListCheckpointsResponse& list,
+                              int64_t restart_step);
+
 int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed);
 
 }  // namespace firedrill::cli

@@ -292,17 +292,23 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   auto* fr = app.add_subcommand("fr", "every rank's flight recorder (recent collectives) and where they disagree");
   fr->add_option("--last", fr_last, "entries per rank to show")->capture_default_str();
   std::string probe_op, probe_min, probe_max;
-  int probe_factor = 0, probe_iters = 0, probe_warmup = -1;
+  int probe_factor = 0, probe_iters = 0, probe_warmup = -1, probe_steps = 0;
+  int64_t probe_from = 0;
   auto* probe = app.add_subcommand("probe", "measure the job's collectives between its steps, like nccl-tests");
   probe->add_option("OP", probe_op,
-                    "allreduce | allgather | reducescatter | p2p | checksum (every parameter's hash on every rank)")
+                    "allreduce | allgather | reducescatter | p2p | checksum (every parameter's hash on every rank) | "
+                    "resume (a save and resume from a checkpoint against the same steps straight, bitwise)")
       ->required()
-      ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "p2p", "checksum"}));
+      ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "p2p", "checksum", "resume"}));
   probe->add_option("-b,--min", probe_min, "smallest size (default 8; p2p: --max)");
   probe->add_option("-e,--max", probe_max, "largest size (default 16M; p2p: the message size, default 4M)");
   probe->add_option("-f,--factor", probe_factor, "size multiplier between rows (default 2)");
   probe->add_option("-n,--iters", probe_iters, "timed iterations per size (default 20)");
   probe->add_option("-w,--warmup", probe_warmup, "warm-up iterations per size (default 5)");
+  probe->add_option("--from", probe_from, "resume: the checkpoint (its step) to start from (default: the newest that verifies)")
+      ->check(CLI::PositiveNumber);
+  probe->add_option("--steps", probe_steps, "resume: k, the steps before and after the save (default 10)")
+      ->check(CLI::Range(1, 200));
   std::string trace_out, trace_steps;
   auto* trace = app.add_subcommand("trace", "the ranks' step timelines as one Chrome trace (Perfetto, chrome://tracing)");
   trace->add_option("-o,--output", trace_out, "file to write")->required();
@@ -322,8 +328,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
       "metrics", "the run's training curves, step by step: loss, gradient norm, loss scale, skipped steps, lr, "
                  "throughput (as TensorBoard shows them)");
   metrics->add_option("--series", metrics_series,
-                      "comma-separated: loss, grad_norm, loss_scale, skipped, lr, throughput, step_ms, global_batch "
-                      "(default: the first six)");
+                      "comma-separated: loss, grad_norm, loss_scale, skipped, lr, throughput, step_ms, global_batch, "
+                      "samples (consumed so far) (default: the first six)");
   metrics->add_option("--steps", metrics_steps, "FROM:TO (TO exclusive) or FROM: (default: the whole run)");
   metrics->add_option("--run", metrics_run, "baseline | main (default: the run in progress, or the last one)")
       ->check(CLI::IsMember({"baseline", "main"}));
@@ -461,6 +467,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     // The request's 0 means "the default (5)", so no warm-up cannot be asked for.
     if (probe_warmup == 0) return Fail(ctx, InvalidArgument("--warmup must be at least 1 (the default is 5)"));
     s->set_warmup_iters(probe_warmup < 0 ? 0 : probe_warmup);
+    s->set_from_step(probe_from);
+    s->set_resume_steps(probe_steps);
     return PrintOr(ctx, ProbeWithProgress(client, req), &PrintProbe);
   }
   if (trace->parsed()) return CmdTrace(ctx, client, *id, trace_out, trace_steps);

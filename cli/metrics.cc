@@ -30,6 +30,7 @@ const std::vector<SeriesInfo>& Infos() {
       {"throughput", "throughput per rank (mean over ranks)", true},
       {"step_ms", "step time, ms (mean over ranks)", true},
       {"global_batch", "global batch (samples per optimiser step)", false},
+      {"samples", "samples consumed so far (the data loaders' position, over every rank)", false},
   };
   return infos;
 }
@@ -121,6 +122,7 @@ double SeriesValue(const v1::MetricsRow& row, const std::string& series, bool to
   if (series == "throughput") return tokens ? row.tokens_per_s() : row.samples_per_s();
   if (series == "step_ms") return row.step_ms();
   if (series == "global_batch") return static_cast<double>(row.global_batch());
+  if (series == "samples") return static_cast<double>(row.consumed_samples());
   return NAN;
 }
 

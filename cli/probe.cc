@@ -126,7 +126,63 @@ void PrintChecksums(const v1::RunProbeResponse& r, std::ostream& out) {
   out << "# " << same << " of " << r.checksums_size() << " tensors hash the same on every rank\n";
 }
 
+namespace {
+
+std::string Sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+// The two runs' checkpoints of the same step, part by part.
+void PrintResume(const v1::RunProbeResponse& r, std::ostream& out) {
+  const v1::ResumeProbe& p = r.resume();
+  const int64_t k = p.to_step() - p.saved_at();
+  out << "# firedrill probe resume: from " << p.from_dir() << ", the job as deployed (without faults) on "
+      << r.world_size() << " ranks: " << (p.to_step() - r.step()) << " steps straight to step " << p.to_step()
+      << ", against the same steps with a checkpoint at step " << p.saved_at() << " and a resume from it for the last "
+      << k << " (checkpoint.restore: " << p.restore() << "); " << Num(p.seconds(), 1) << " s\n";
+  if (!p.resume_log().empty()) out << "# the resume logged: " << p.resume_log() << "\n";
+  std::string differ;
+  auto table = [&](const google::protobuf::RepeatedPtrField<v1::ResumeProbePart>& parts, const char* left,
+                   const char* right) {
+    Table t({"PART", "ENTRIES", "DIFFER", "RANKS", std::string(left) + " vs " + right});
+    differ.clear();
+    for (const auto& part : parts) {
+      std::string ranks;
+      for (int rank : part.ranks()) ranks += (ranks.empty() ? "" : ",") + std::to_string(rank);
+      std::string what = "-";
+      if (part.differ() > 0)
+        what = !part.straight_value().empty() || !part.resumed_value().empty()
+                   ? part.straight_value() + " | " + part.resumed_value()
+               : part.missing() == part.differ() ? std::string("only one holds them")
+               : part.max_abs_diff() > 0         ? "max |diff| " + Sci(part.max_abs_diff())
+                                                 : std::string("other bytes");
+      t.Add({part.part(), std::to_string(part.entries()), std::to_string(part.differ()), ranks.empty() ? "-" : ranks, what});
+      if (part.differ() > 0) differ += (differ.empty() ? "" : ", ") + part.part();
+    }
+    t.Print(out);
+  };
+  if (p.at_resume_size() > 0) {
+    out << "# step " << p.saved_at() << ": the checkpoint against the state the resumed run held before its first step\n";
+    table(p.at_resume(), "SAVED", "LOADED");
+    out << (differ.empty() ? "# the resume put back every part as saved\n" : "# the resume did not put back: " + differ + "\n");
+    out << "# step " << p.to_step() << ": " << k << " steps later, the straight run against the resumed one\n";
+  }
+  table(p.parts(), "STRAIGHT", "RESUMED");
+  if (p.same())
+    out << "# at step " << p.to_step() << " the resumed run holds bitwise the same state as the straight one, every part on every rank\n";
+  else
+    out << "# at step " << p.to_step() << " the resumed run differs from the straight one in: " << differ << "\n";
+}
+
+}  // namespace
+
 void PrintProbe(const v1::RunProbeResponse& r, std::ostream& out) {
+  if (r.spec().op() == "resume") {
+    PrintResume(r, out);
+    return;
+  }
   if (r.spec().op() == "p2p") {
     PrintMatrix(r, out);
     return;

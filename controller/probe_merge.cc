@@ -17,9 +17,19 @@ StatusOr<v1::ProbeSpec> NormalizeProbeSpec(const v1::ProbeSpec& in) {
       return InvalidArgument("probe checksum hashes every parameter: it takes no sizes or iterations");
     return s;
   }
+  if (op == "resume") {
+    if (s.min_bytes() != 0 || s.max_bytes() != 0 || s.factor() != 0 || s.iters() != 0 || s.warmup_iters() != 0)
+      return InvalidArgument("probe resume runs the job itself: it takes no sizes or iterations (--from, --steps)");
+    if (s.from_step() < 0) return InvalidArgument("probe resume: --from must be a checkpoint's step, got " + std::to_string(s.from_step()));
+    if (s.resume_steps() < 0 || s.resume_steps() > 200)
+      return InvalidArgument("probe resume: --steps must be between 1 and 200, got " + std::to_string(s.resume_steps()));
+    return s;
+  }
+  if (s.from_step() != 0 || s.resume_steps() != 0)
+    return InvalidArgument("probe " + op + ": --from and --steps are probe resume's");
   const collectives::Collective* c = collectives::Find(op);
   if (c == nullptr || !c->probe)
-    return InvalidArgument("probe: unknown op '" + op + "'; known: " + collectives::ProbeNames() + ", checksum");
+    return InvalidArgument("probe: unknown op '" + op + "'; known: " + collectives::ProbeNames() + ", checksum, resume");
   constexpr int64_t kMiB = 1 << 20;
   if (s.max_bytes() == 0) s.set_max_bytes(op == "p2p" ? 4 * kMiB : 16 * kMiB);
   if (s.min_bytes() == 0) s.set_min_bytes(op == "p2p" ? s.max_bytes() : 8);

@@ -162,6 +162,7 @@ v1::MetricsRow MetricsRowOf(const v1::StepReport& s) {
   r.set_tokens_per_s(s.tokens_per_s());
   r.set_step_ms(s.step_ms());
   r.set_global_batch(s.global_batch());
+  r.set_consumed_samples(s.consumed_samples());
   return r;
 }
 

@@ -177,6 +177,7 @@ Status Server::Start() {
   sm.agent_bin = opts_.agent_bin;
   // Beside the agent: the same build's checkpoint tool.
   sm.ckpt_bin = opts_.agent_bin.substr(0, opts_.agent_bin.find_last_of('/') + 1) + "firedrill-ckpt";
+  sm.train_bin = opts_.agent_bin.substr(0, opts_.agent_bin.find_last_of('/') + 1) + "firedrill-train";
   sm.local_launcher = opts_.local_launcher;
   sm.draw_key = *key;
   sm.fabric = fabric_.get();

@@ -14,6 +14,7 @@
 #include "scenario/job_keys.h"
 #include "scenario/loader.h"
 #include "controller/scorer.h"
+#include "common/restore_parts.h"
 #include "controller/session_manager.h"
 #include "faults/registry.h"
 
@@ -215,9 +216,14 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& as
           "hosts) may change; `firedrill scenarios show " + s.scenario->id() + "` lists what else may");
     }
   }
-  for (auto& kv : *req.mutable_settings())
+  for (auto& kv : *req.mutable_settings()) {
     if (kv.key() == "checkpoint.resume_from" && !kv.value().empty() && kv.value() != "latest")
       kv.set_value(std::filesystem::weakly_canonical(kv.value()).string());
+    // One spelling per set of parts ("model,optim,rng,data" is "all"), as
+    // the remediations name it.
+    if (kv.key() == "checkpoint.restore")
+      if (auto parts = ParseRestoreParts(kv.value()); parts.ok()) kv.set_value(parts->ToString());
+  }
   auto number = store_->AddFix(req, UnixNowMs());
   if (!number.ok()) return number.status();
   auto diagnoses = store_->LoadDiagnoses(req.session_id());

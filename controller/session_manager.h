@@ -55,6 +55,7 @@ struct SessionManagerOptions {
   std::string state_dir;
   std::string agent_bin;        // local launcher only
   std::string ckpt_bin;         // firedrill-ckpt: lists and verifies the sessions' checkpoints
+  std::string train_bin;        // firedrill-train: the resume probe's runs
   std::string agent_dial_addr;  // address agents use to reach this controller
   bool local_launcher = true;   // false: use agents that registered on their own
   double slow_ratio = 1.5;      // busy time vs median that marks a rank SLOW in status (only
@@ -241,6 +242,8 @@ class SessionManager : public AgentListener {
   StatusOr<std::vector<v1::CheckpointEntry>> CheckpointsIn(const std::string& dir) const;
   // The step of the newest of them that verifies; -1 for none (unlocked too).
   StatusOr<int64_t> NewestValidStep(const std::string& dir) const;
+  // probe resume (session_resume_probe.cc); the caller holds s.probe_mu.
+  StatusOr<v1::RunProbeResponse> RunResumeProbe(Session& s, const v1::ProbeSpec& spec);
   // The one checkpoint verification's runs resume from: the fix's
   // checkpoint.resume_from with "latest" resolved, now, as the trainer does
   // (the newest step with a manifest, valid or not)

@@ -32,6 +32,7 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunProbe(const v1::RunProbeReques
   if (!spec.ok()) return spec.status();
   std::unique_lock<std::mutex> one(s.probe_mu, std::try_to_lock);
   if (!one.owns_lock()) return FailedPrecondition("another probe is running on session " + req.session_id());
+  if (spec->op() == "resume") return RunResumeProbe(s, *spec);  // beside the job, not in it
 
   const int64_t id = ++fr_counter_;
   const auto started = std::chrono::steady_clock::now();

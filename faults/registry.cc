@@ -9,6 +9,8 @@
 #include "faults/grad_accumulation.h"
 #include "faults/lr_rule.h"
 #include "faults/padding_waste.h"
+#include "faults/rank_crash.h"
+#include "faults/resume_without_state.h"
 #include "faults/silent_divergence.h"
 #include "faults/slow_link.h"
 #include "faults/straggler.h"
@@ -42,6 +44,8 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
        nullptr, ApplyGradAccumulation},
       {"device_memory", Scope::kRank, ValidateDeviceMemory,
        nullptr, ApplyDeviceMemory},
+      {"resume_without_state", Scope::kRank, ValidateResumeWithoutState,
+       nullptr, ApplyResumeWithoutState},
       {"comm_misconfig", Scope::kHost, ValidateCommMisconfig,
        [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
          return std::make_unique<CommMisconfig>(id, f.comm_misconfig().socket_ifname());
@@ -57,6 +61,11 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
          // Where the bit flips: fixed by the session's draws (step, rank).
          const uint64_t seed = static_cast<uint64_t>(f.trigger_step()) * 1000003u + static_cast<uint64_t>(f.rank());
          return std::make_unique<CorruptCheckpoint>(id, f.corrupt_checkpoint(), seed);
+       },
+       nullptr, /*at_start=*/false, /*once=*/true},
+      {"rank_crash", Scope::kHost, ValidateRankCrash,
+       [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
+         return std::make_unique<RankCrash>(id, RankCrashReason(f.rank_crash()));
        },
        nullptr, /*at_start=*/false, /*once=*/true},
       {"slow_link", Scope::kHost, ValidateSlowLink,

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/restore_parts.h"
 #include "common/suggest.h"
 #include "scenario/job_keys.h"
 #include "scenario/internal.h"
@@ -133,6 +134,8 @@ Check CheckJob(const v1::JobSpec& j, const std::string& p) {
   FD_CHECK(AtLeast(Join(p, "checkpoint.every"), j.checkpoint().every(), 0));
   FD_CHECK(AtLeast(Join(p, "checkpoint.keep"), j.checkpoint().keep(), 0));
   FD_CHECK(AtLeast(Join(p, "checkpoint.keep_period"), j.checkpoint().keep_period(), 0));
+  if (auto parts = ParseRestoreParts(j.checkpoint().restore()); !parts.ok())
+    return Fail(Join(p, "checkpoint.restore"), parts.status().message());
   FD_CHECK(AtLeast(Join(p, "elastic.max_restarts"), j.elastic().max_restarts(), 0));
   if (j.elastic().max_restarts() > 10)
     return Fail(Join(p, "elastic.max_restarts"), "must be at most 10 (each restart relaunches every rank), got " +
@@ -304,6 +307,22 @@ Check CheckRemediations(const v1::Scenario& s) {
   return std::nullopt;
 }
 
+// The first checkpoint that outlives pruning (kept for good) comes before
+// fault `f` can act: a checkpoint the fault has not touched is left however
+// late the learner looks.
+Check KeptForGoodBefore(const v1::Scenario& s, const v1::FaultSpec& f, const std::string& p) {
+  const auto& ck = s.job().checkpoint();
+  const int64_t first = f.trigger().step().has_draw() ? f.trigger().step().draw().lo() : f.trigger().step().value();
+  const int64_t kept = ck.keep() == 0 ? ck.every() : ck.keep_period() > 0 ? std::lcm<int64_t>(ck.every(), ck.keep_period()) : 0;
+  if (kept == 0 || kept > first)
+    return Fail(p + ".trigger.step",
+                "can be " + std::to_string(first) + ", before the first checkpoint kept for good (" +
+                    (kept == 0 ? std::string("checkpoint.keep > 0 and no keep_period: none is")
+                               : "step " + std::to_string(kept)) +
+                    "): the only fix left would be a restart from scratch");
+  return std::nullopt;
+}
+
 }  // namespace
 
 namespace scenario_internal {
@@ -333,15 +352,32 @@ Check CheckScenario(const v1::Scenario& s) {
                                "checkpoint written before the replicas went apart");
     // And one such checkpoint must outlive the pruning, however late the
     // learner looks: the first step kept for good comes before the fault.
+    FD_CHECK(KeptForGoodBefore(s, f, p));
+  }
+  // A resume that loads part of the state shows only at a restart: a host
+  // must go down, the launcher must restart the job from `latest`, and a
+  // checkpoint written before that restart must be left to roll back to.
+  // Verification holds the parameters to a reference run's, bitwise: the
+  // loss comes back within a few hundred steps and cannot tell.
+  for (int i = 0; i < s.faults_size(); ++i) {
+    if (s.faults(i).kind() != "resume_without_state") continue;
+    const std::string p = Indexed("faults", i);
+    if (!s.verify().params_vs_reference())
+      return Fail(p + ".kind", "resume_without_state needs verify.params_vs_reference: true (the loss recovers from a "
+                               "lost optimiser state; only the parameters tell a job that resumed whole)");
     const auto& ck = s.job().checkpoint();
-    const int64_t first = f.trigger().step().has_draw() ? f.trigger().step().draw().lo() : f.trigger().step().value();
-    const int64_t kept = ck.keep() == 0 ? ck.every() : ck.keep_period() > 0 ? std::lcm<int64_t>(ck.every(), ck.keep_period()) : 0;
-    if (kept == 0 || kept > first)
-      return Fail(p + ".trigger.step",
-                  "can be " + std::to_string(first) + ", before the first checkpoint kept for good (" +
-                      (kept == 0 ? std::string("checkpoint.keep > 0 and no keep_period: none is")
-                                 : "step " + std::to_string(kept)) +
-                      "): the only fix left would be a restart from scratch");
+    if (ck.every() <= 0 || ck.resume_from() != "latest" || s.job().elastic().max_restarts() < 1)
+      return Fail(p + ".kind", "resume_without_state needs job.checkpoint.every > 0, job.checkpoint.resume_from: latest "
+                               "and job.elastic.max_restarts >= 1: it shows when the launcher resumes a failed job");
+    int crashes = 0;
+    for (int k = 0; k < s.faults_size(); ++k) {
+      if (s.faults(k).kind() != "rank_crash") continue;
+      ++crashes;
+      FD_CHECK(KeptForGoodBefore(s, s.faults(k), Indexed("faults", k)));
+    }
+    if (crashes == 0)
+      return Fail(p + ".kind", "resume_without_state needs a rank_crash fault in the scenario: without a restart "
+                               "nothing resumes and the fault never shows");
   }
   // A damaged checkpoint shows only when a restart reads it, and there must
   // be a good one left to go back to.

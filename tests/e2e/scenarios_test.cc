@@ -63,6 +63,8 @@ const std::vector<Case> kCases = {
     // Checkpointing and restart.
     {"restart-loop", 101, {"corrupt-checkpoint"}},
     {"power-cut", 103, {"corrupt-checkpoint"}},
+    {"night-restart", 107, {"resume-without-state"}},
+    {"data-audit", 109, {"resume-without-state"}},
     // Memory.
     {"mig-slices", 105, {"out-of-memory"}},
 };
@@ -226,6 +228,56 @@ TEST_F(ScenarioTest, AnElasticRestartFromTheNewestCheckpointCarriesTheDivergence
   EXPECT_GE(v.throughput_ratio(), 0.5) << "the speed was never the problem";
 }
 
+TEST_F(ScenarioTest, LoadingAllOfTheStateFromANewerCheckpointContinuesTheDamagedRun) {
+  // The resume fixed (everything loaded) but not the way back: the job
+  // restarts from `latest`, written after the lossy restart, so it carries
+  // on from a reset optimiser and a second pass over the first batches.
+  auto info = StartRunning(c(), "night-restart", 108);
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  int64_t restart = -1, newest = -1;
+  for (int i = 0; i < 240 && (restart < 0 || newest <= restart); ++i) {
+    auto st = c().GetStatus(info->session_id());
+    ASSERT_TRUE(st.ok()) << st.status().message();
+    restart = cli::FirstRestartStep(*st);
+    if (auto list = c().ListCheckpoints(info->session_id()); list.ok() && list->checkpoints_size() > 0)
+      newest = list->checkpoints(0).step();
+    if (restart < 0 || newest <= restart) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  ASSERT_GT(restart, 0) << "the job never restarted";
+  ASSERT_GT(newest, restart) << "no checkpoint was written after the restart";
+  // What the learner's probe shows of the job as deployed: the resume loses state.
+  v1::RunProbeRequest pr;
+  pr.set_session_id(info->session_id());
+  pr.mutable_spec()->set_op("resume");
+  pr.mutable_spec()->set_resume_steps(5);
+  auto probe = c().RunProbe(pr);
+  ASSERT_TRUE(probe.ok()) << probe.status().message();
+  EXPECT_FALSE(probe->resume().same());
+  v1::SubmitDiagnosisRequest d;
+  d.set_session_id(info->session_id());
+  d.set_cause("resume-without-state");
+  ASSERT_TRUE(c().SubmitDiagnosis(d).ok());
+  v1::ApplyFixRequest fix;
+  fix.set_session_id(info->session_id());
+  auto* s = fix.add_settings();
+  s->set_key("checkpoint.restore");
+  s->set_value("model,optim,rng,data");  // all of it, spelled out
+  auto score = FixAndScore(c(), fix);
+  ASSERT_TRUE(score.ok()) << score.status().message();
+  const v1::Verification& v = score->verification();
+  EXPECT_FALSE(v.passed()) << v.detail();
+  EXPECT_TRUE(v.params_checked());
+  EXPECT_FALSE(v.params_match());
+  for (const auto& it : score->items()) {
+    if (it.name() == "cause") {
+      EXPECT_EQ(it.points(), 40);
+    }
+    if (it.name() == "fix") {
+      EXPECT_EQ(it.points(), 0);
+    }
+  }
+}
+
 // All text a learner can read before diagnosing, with the scenario ids cut
 // out: the learner picked one from the catalogue, and the session list shows
 // earlier ones.
@@ -325,6 +377,14 @@ TEST_F(ScenarioTest, NothingALearnerReadsNamesTheFaultOrTheAnswer) {
         auto a = args;
         a.insert(a.end(), {"--session", info->session_id()});
         EXPECT_EQ(Cli(a, &out), 0) << out;
+        text += out + "\n";
+      }
+      // The job's own save and resume, where it has a checkpoint that verifies.
+      bool valid = false;
+      if (auto ck = c().ListCheckpoints(info->session_id()); ck.ok())
+        for (const auto& e : ck->checkpoints()) valid = valid || e.valid();
+      if (valid) {
+        EXPECT_EQ(Cli({"probe", "resume", "--steps", "4", "--session", info->session_id()}, &out), 0) << out;
         text += out + "\n";
       }
     }

@@ -178,6 +178,57 @@ TEST_F(ResumeTest, MlpSgdMomentumResumesBitwise) {
   ExpectBitwiseResume(16);
 }
 
+// resume_without_state's signature against the same job resumed whole: a
+// resume of the weights only logs what it did not load, and from there the
+// run is another run. firedrill-ckpt diff (what `probe resume` reads) says
+// which parts of the state the two runs' checkpoints of the same step hold
+// differently; of the run resumed whole, none.
+TEST_F(ResumeTest, AResumeOfTheWeightsOnlyLeavesTheRestFreshAndTheDiffSaysWhich) {
+  std::string job = kMlpJob;
+  const std::string sgd = "{kind: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0.001}";
+  job.replace(job.find(sgd), sgd.size(), "{kind: adamw, lr: 0.002, weight_decay: 0.01}");
+  WriteScenario(job);
+  const std::string a = Path("a"), b = Path("b"), c = Path("c");
+  ASSERT_EQ(Train("--steps 16 --set checkpoint.every=8 --set checkpoint.keep=0 --set checkpoint.dir=" + a).rc, 0);
+  const std::string eight = a + "/step-8";
+  Outcome whole = Train("--steps 8 --set checkpoint.every=8 --set checkpoint.dir=" + b +
+                        " --set checkpoint.resume_from=" + eight);
+  ASSERT_EQ(whole.rc, 0) << whole.output;
+  EXPECT_EQ(whole.output.find("not loaded"), std::string::npos) << whole.output;
+  Outcome weights = Train("--steps 8 --set checkpoint.every=8 --set checkpoint.dir=" + c +
+                          " --set checkpoint.resume_from=" + eight + " --set checkpoint.restore=model");
+  ASSERT_EQ(weights.rc, 0) << weights.output;
+  EXPECT_NE(weights.output.find("resumed from " + eight + " at step 8: loaded model (checkpoint.restore); not loaded: "
+                                "optimiser state and loss scale, RNG, data position"),
+            std::string::npos)
+      << weights.output;
+
+  auto diff = [&](const std::string& other) {
+    const std::string cmd = std::string(FIREDRILL_BIN_DIR) + "/firedrill-ckpt diff " + a + "/step-16 " + other +
+                            "/step-16 --json 2>&1";
+    Outcome r;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while (p && (n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+    const int st = p ? ::pclose(p) : -1;
+    r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return r;
+  };
+  Outcome same = diff(b);
+  EXPECT_EQ(same.rc, 0) << "a resume of all of it ends where the straight run did, bitwise: " << same.output;
+  EXPECT_NE(same.output.find("\"same\": true"), std::string::npos) << same.output;
+  Outcome lost = diff(c);
+  EXPECT_EQ(lost.rc, 1) << lost.output;
+  for (const char* part : {"\"model\"", "\"optim\"", "\"data_cursor\""}) {
+    const size_t at = lost.output.find("\"part\": " + std::string(part));
+    ASSERT_NE(at, std::string::npos) << part << "\n" << lost.output;
+    const size_t differ = lost.output.rfind("\"differ\": ", at) ;
+    ASSERT_NE(differ, std::string::npos);
+    EXPECT_NE(lost.output.substr(differ, 12), "\"differ\": 0,") << part << " should differ:\n" << lost.output;
+  }
+}
+
 TEST_F(ResumeTest, DamagedShardIsRefusedNamingTheFile) {
   // One rank, so the refusal is not followed by a peer's rendezvous timeout.
   std::string job = kMlpJob;

@@ -428,3 +428,58 @@ TEST(AutopilotMemory, EveryRankOutOfMemoryIsTheJobsAndRecomputesActivations) {
 
 }  // namespace
 }  // namespace firedrill::cli
+
+namespace firedrill::cli {
+namespace {
+
+std::string FixValue(const AutopilotFinding& f, const std::string& key) {
+  for (const auto& s : f.fix.settings())
+    if (s.key() == key) return s.value();
+  return "<unset>";
+}
+
+TEST(AutopilotResume, ARestartThatLosesStateRollsBackToBeforeItWithAllOfIt) {
+  v1::SessionStatus st;
+  EXPECT_EQ(FirstRestartStep(st), -1);
+  auto* e = st.add_events();
+  e->set_kind("job_restarted");
+  e->set_message("restart 1 of 3 (elastic.max_restarts) after rank 2 lost at step 737; resuming from latest "
+                 "(step-700), 38 steps lost");
+  auto* later = st.add_events();
+  later->set_kind("job_restarted");
+  later->set_message("restart 2 of 3 (elastic.max_restarts) after rank 1 lost at step 990; resuming from latest "
+                     "(step-950), 41 steps lost");
+  EXPECT_EQ(FirstRestartStep(st), 700) << "the first restart: every checkpoint after it descends from it";
+
+  v1::ListCheckpointsResponse list;
+  for (int64_t step : {1250, 1200, 1150, 1000, 500}) {
+    auto* c = list.add_checkpoints();
+    c->set_step(step);
+    c->set_valid(true);
+    c->set_dir("/ck/step-" + std::to_string(step));
+  }
+  v1::RunProbeResponse probe;
+  auto* rp = probe.mutable_resume();
+  rp->set_from_dir("/ck/step-1250");
+  rp->set_saved_at(1260);
+  rp->set_to_step(1270);
+  rp->set_restore("model");
+  for (const char* part : {"model", "optim", "rng", "data_cursor"}) rp->add_parts()->set_part(part);
+  rp->set_same(true);
+  EXPECT_FALSE(ReasonResume(probe, list, 700).found) << "a resume that carries everything is no finding";
+  rp->set_same(false);
+  rp->mutable_parts(0)->set_differ(6);
+  rp->mutable_parts(1)->set_differ(13);
+  rp->mutable_parts(3)->set_differ(1);
+  AutopilotFinding f = ReasonResume(probe, list, 700);
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.cause, "resume-without-state");
+  EXPECT_TRUE(f.ranks.empty());
+  EXPECT_EQ(FixValue(f, "checkpoint.restore"), "all");
+  EXPECT_EQ(FixValue(f, "checkpoint.resume_from"), "/ck/step-500");
+  EXPECT_NE(f.evidence.find("differs from the same steps run straight in: model, optim, data_cursor"), std::string::npos)
+      << f.evidence;
+}
+
+}  // namespace
+}  // namespace firedrill::cli

@@ -1,6 +1,7 @@
 // Checkpoint shards + manifest: bitwise round trip, and every damaged case
 // refused with its own reason (the learner-facing message is asserted whole).
 #include "agent/checkpoint.h"
+#include "agent/ckpt_diff.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -355,6 +356,59 @@ TEST_F(CheckpointTest, ReplicasAreComparedTensorByTensor) {
   // A damaged shard is refused as a resume would refuse it.
   { std::ofstream(dir + "/rank-1.pt", std::ios::app) << "x"; }
   EXPECT_FALSE(CompareReplicas(dir).ok());
+}
+
+TEST_F(CheckpointTest, DiffSaysWhichPartsDifferAndWhere) {
+  const std::string a = Write(40);
+  // The same job's checkpoint of the same step, written by another run: the
+  // same shards, except rank 1's optimiser state and rank 0's data position.
+  const std::string b = StepDir(root_ + "/other", 40);
+  Manifest m;
+  m.step = 40;
+  m.world_size = 2;
+  for (int r = 0; r < 2; ++r) {
+    ShardData d = MakeShard(r, 40);
+    if (r == 1) d.tensors["optim/momentum/fc1.weight"] = d.tensors["optim/momentum/fc1.weight"] + 0.5f;
+    if (r == 0) d.blobs["data_cursor"] = "0";
+    if (r == 0) d.tensors.erase("optim/step");  // a fresh optimiser has no state yet
+    ShardInfo info;
+    ASSERT_TRUE(WriteShard(b, r, d, &info).ok());
+    m.shards.push_back(info);
+  }
+  ASSERT_TRUE(WriteManifest(b, m).ok());
+
+  auto same = DiffCheckpoints(a, a);
+  ASSERT_TRUE(same.ok()) << same.status().message();
+  for (const auto& p : same->parts) EXPECT_EQ(p.differ, 0) << p.part << ": NaN payloads compare by their bytes";
+
+  auto d = DiffCheckpoints(a, b);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(d->world_size, 2);
+  std::vector<std::string> order;
+  for (const auto& p : d->parts) order.push_back(p.part);
+  EXPECT_EQ(order, (std::vector<std::string>{"model", "optim", "rng", "loss_scaler", "data_cursor", "empty"}))
+      << "the state's parts first, in a fixed order; others after, by name";
+  const PartDiff& model = d->parts[0];
+  EXPECT_EQ(model.entries, 4);
+  EXPECT_EQ(model.differ, 0);
+  const PartDiff& optim = d->parts[1];
+  EXPECT_EQ(optim.entries, 4);
+  EXPECT_EQ(optim.differ, 2);
+  EXPECT_EQ(optim.missing, 1) << "optim/step: only one of the two holds it";
+  EXPECT_EQ(optim.ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(optim.first_differing, "optim/momentum/fc1.weight");
+  EXPECT_FLOAT_EQ(optim.max_abs_diff, 0.5);
+  const PartDiff& cursor = d->parts[4];
+  EXPECT_EQ(cursor.differ, 1);
+  EXPECT_EQ(cursor.ranks, std::vector<int>{0});
+  EXPECT_EQ(cursor.a_value, "2560");
+  EXPECT_EQ(cursor.b_value, "0");
+
+  // Only checkpoints of one job compare.
+  const std::string three = Write(50, 3);
+  EXPECT_NE(DiffCheckpoints(a, three).status().message().find("written by 2 ranks"), std::string::npos);
+  { std::ofstream(b + "/rank-1.pt", std::ios::app) << "x"; }
+  EXPECT_FALSE(DiffCheckpoints(a, b).ok()) << "each shard is verified as a resume would";
 }
 
 TEST_F(CheckpointTest, ShardBytesAreExactlyPickleSave) {

@@ -5,7 +5,9 @@
 
 #include <tuple>
 
+#include "common/restore_parts.h"
 #include "faults/dataloader_starvation.h"
+#include "faults/rank_crash.h"
 #include "faults/runner.h"
 #include "faults/registry.h"
 #include "faults/targeting.h"
@@ -228,6 +230,65 @@ TEST(CauseClass, GroupsTheTaxonomy) {
   EXPECT_EQ(CauseClass("small-buckets"), CauseClass("slow-link"));
   EXPECT_NE(CauseClass("straggler"), CauseClass("slow-link"));
   EXPECT_EQ(CauseClass("gremlin"), "");
+}
+
+}  // namespace
+}  // namespace firedrill::faults
+
+namespace firedrill::faults {
+namespace {
+
+TEST(ConfigFaults, RestorePartsParseAndSpellOneWay) {
+  auto all = ParseRestoreParts("");
+  ASSERT_TRUE(all.ok());
+  EXPECT_TRUE(all->All());
+  EXPECT_EQ(all->ToString(), "all");
+  auto same = ParseRestoreParts(" model, optim ,rng,data");
+  ASSERT_TRUE(same.ok()) << same.status().message();
+  EXPECT_EQ(same->ToString(), "all") << "every part is all: one spelling";
+  auto weights = ParseRestoreParts("model");
+  ASSERT_TRUE(weights.ok());
+  EXPECT_EQ(weights->ToString(), "model");
+  EXPECT_EQ(weights->Missing(), "optimiser state and loss scale, RNG, data position");
+  auto two = ParseRestoreParts("data,model,optim");
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->ToString(), "model,optim,data");
+  EXPECT_EQ(two->Missing(), "RNG");
+  EXPECT_EQ(ParseRestoreParts("model,momentum").status().message(),
+            "\"momentum\" is not a part of a checkpoint: use \"all\" or a comma-separated list of model, optim, rng, data");
+  EXPECT_NE(ParseRestoreParts("optim,rng").status().message().find("leaves out model"), std::string::npos);
+}
+
+TEST(ConfigFaults, ResumeWithoutStateDeploysTheRestoreSettingAndRankCrashIsAnEvent) {
+  v1::FaultSpec f = Spec("resume_without_state");
+  const FaultKind* k = FindFaultKind("resume_without_state");
+  ASSERT_NE(k, nullptr);
+  f.mutable_resume_without_state()->set_restore("all");
+  EXPECT_NE(k->validate(f).message().find("restores everything"), std::string::npos);
+  f.mutable_resume_without_state()->set_restore("weights");
+  EXPECT_NE(k->validate(f).message().find("params.restore: \"weights\" is not a part"), std::string::npos);
+  f.mutable_resume_without_state()->set_restore("model,optim");
+  EXPECT_TRUE(k->validate(f).ok());
+  v1::ResolvedFault rf;
+  rf.set_kind("resume_without_state");
+  *rf.mutable_resume_without_state() = f.resume_without_state();
+  v1::JobSpec job;
+  job.mutable_checkpoint()->set_every(50);
+  ApplyFaultsToJob({rf}, &job);
+  EXPECT_EQ(job.checkpoint().restore(), "model,optim");
+  EXPECT_EQ(job.checkpoint().every(), 50);
+
+  const FaultKind* crash = FindFaultKind("rank_crash");
+  ASSERT_NE(crash, nullptr);
+  v1::FaultSpec c;
+  c.set_kind("rank_crash");
+  c.mutable_trigger()->mutable_step()->set_value(0);
+  EXPECT_NE(crash->validate(c).message().find("trigger.step must be >= 1"), std::string::npos);
+  c.mutable_trigger()->mutable_step()->set_value(300);
+  EXPECT_TRUE(crash->validate(c).ok()) << "no params: a power loss";
+  c.mutable_rank_crash()->set_event("meteor");
+  EXPECT_NE(crash->validate(c).message().find("params.event must be"), std::string::npos);
+  EXPECT_EQ(RankCrashReason(v1::RankCrashParams()), "the host went down (power loss)");
 }
 
 }  // namespace

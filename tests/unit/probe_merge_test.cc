@@ -29,7 +29,7 @@ TEST(ProbeSpec, DefaultsAreAllReducePerfsUsualSweep) {
 
 TEST(ProbeSpec, BadRequestsNameTheFlag) {
   EXPECT_EQ(NormalizeProbeSpec(Op("alltoall")).status().message(),
-            "probe: unknown op 'alltoall'; known: allreduce, allgather, reducescatter, p2p, checksum");
+            "probe: unknown op 'alltoall'; known: allreduce, allgather, reducescatter, p2p, checksum, resume");
   v1::ProbeSpec s = Op("allreduce");
   s.set_min_bytes(1 << 20);
   s.set_max_bytes(1 << 10);
@@ -154,6 +154,29 @@ TEST(ProbeChecksum, RanksWithDifferentModelsOrAMissingRankAreErrors) {
   reports.pop_back();  // rank 1
   EXPECT_NE(MergeProbeReports(*spec, 3, reports).status().message().find("rank 1 did not report"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace firedrill::controller
+
+namespace firedrill::controller {
+namespace {
+
+TEST(ProbeResume, TakesACheckpointAndAStepCountButNoSizes) {
+  v1::ProbeSpec s;
+  s.set_op("resume");
+  auto spec = NormalizeProbeSpec(s);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->from_step(), 0) << "0: the newest checkpoint that verifies, chosen where the checkpoints are";
+  s.set_iters(5);
+  EXPECT_NE(NormalizeProbeSpec(s).status().message().find("takes no sizes or iterations"), std::string::npos);
+  s.set_iters(0);
+  s.set_resume_steps(500);
+  EXPECT_NE(NormalizeProbeSpec(s).status().message().find("--steps must be between 1 and 200"), std::string::npos);
+  v1::ProbeSpec sweep;
+  sweep.set_op("allreduce");
+  sweep.set_from_step(100);
+  EXPECT_EQ(NormalizeProbeSpec(sweep).status().message(), "probe allreduce: --from and --steps are probe resume's");
 }
 
 }  // namespace

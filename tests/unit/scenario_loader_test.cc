@@ -175,11 +175,11 @@ TEST(ScenarioLoader, FaultWindowsAndFlapping) {
 TEST(ScenarioLoader, UnknownFaultKindListsKnownKinds) {
   EXPECT_EQ(ErrorOf(With("kind: straggler", "kind: gremlin")),
             "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, dataloader_starvation, padding_waste, "
-            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, comm_misconfig, silent_divergence, corrupt_checkpoint, slow_link");
+            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, resume_without_state, comm_misconfig, silent_divergence, corrupt_checkpoint, rank_crash, slow_link");
   std::string no_params = With("    params: {slowdown: 2.0}\n", "");
   EXPECT_EQ(ErrorOf(no_params.replace(no_params.find("kind: straggler"), 15, "kind: gremlin")),
             "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, dataloader_starvation, padding_waste, "
-            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, comm_misconfig, silent_divergence, corrupt_checkpoint, slow_link");
+            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, resume_without_state, comm_misconfig, silent_divergence, corrupt_checkpoint, rank_crash, slow_link");
 }
 
 // kGood as a silent-divergence drill: `verify` and `checkpoint` as given.
@@ -480,6 +480,49 @@ TEST(ScenarioLoader, WarnsWhenWhatALearnerReadsNamesTheAnswer) {
   s.set_briefing("No rank crashed.");  // whole words only: "crashed" is no cause
   s.set_id("throughput-halved");
   EXPECT_TRUE(ScenarioWarnings(s).empty());
+}
+
+}  // namespace
+}  // namespace firedrill::scenario
+
+namespace firedrill::scenario {
+namespace {
+
+std::string ShippedText(const std::string& id) {
+  std::ifstream in(std::string(FIREDRILL_SOURCE_DIR) + "/scenarios/" + id + ".yaml");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+TEST(ScenarioLoader, AResumeWithoutStateNeedsARestartAndACheckpointFromBeforeIt) {
+  const std::string good = ShippedText("night-restart");
+  auto ok = ParseScenario(good, "night-restart.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  auto msg = [](const std::string& text) {
+    auto s = ParseScenario(text, "t.yaml");
+    return s.ok() ? std::string("loaded") : s.status().message();
+  };
+  const std::string crash = "  - kind: rank_crash\n    target: {host_of_rank: {draw: [0, 3]}}\n"
+                            "    trigger: {step: {draw: [620, 940]}}\n    params: {event: kernel_panic}\n";
+  EXPECT_NE(msg(Replaced(good, crash, "")).find("needs a rank_crash fault"), std::string::npos);
+  EXPECT_NE(msg(Replaced(good, "draw: [620, 940]", "draw: [420, 940]")).find("can be 420, before the first checkpoint kept for good (step 500)"),
+            std::string::npos);
+  EXPECT_NE(msg(Replaced(good, "  params_vs_reference: true\n", "")).find("needs verify.params_vs_reference"),
+            std::string::npos);
+  EXPECT_NE(msg(Replaced(good, "  elastic: {max_restarts: 3}\n", "")).find("max_restarts >= 1"), std::string::npos);
+  EXPECT_NE(msg(Replaced(good, "restore: model}", "restore: \"model,weights\"}")).find("\"weights\" is not a part"),
+            std::string::npos);
+  EXPECT_NE(msg(Replaced(good, "resume_from: latest}", "resume_from: latest, restore: optim}"))
+                .find("job.checkpoint.restore: \"optim\" leaves out model"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -248,6 +248,7 @@ class SessionDriveTest : public ::testing::Test {
     opts.state_dir = dir_;
     opts.local_launcher = false;
     opts.ckpt_bin = FIREDRILL_BIN_DIR "/firedrill-ckpt";
+    opts.train_bin = FIREDRILL_BIN_DIR "/firedrill-train";
     v1::Scenario no_node = Drill();
     no_node.set_id("drive-no-node");
     no_node.mutable_tools()->set_node(false);

@@ -1,0 +1,192 @@
+// SessionManager::RunResumeProbe (`firedrill probe resume`): does a save and
+// resume carry the whole state of the job through? From one of the job's
+// checkpoints, the job as deployed (its settings, not its faults) runs
+// 2k steps straight, checkpointing every k; then the checkpoint written
+// after the first k is resumed, with the job's own checkpoint settings, for
+// the other k. Compared part by part, bitwise (firedrill-ckpt diff): the
+// parameters, the optimiser state, the generator, the loss scale, the data
+// position and the step, of the state the resumed run held before its
+// first step against the checkpoint it resumed from (what the resume put
+// back), and of the two runs' checkpoints of the last step (what that made
+// of the next k). A resume that carries everything ends bitwise where the
+// straight run did (training here is deterministic: same seed, data and
+// reduction order).
+//
+// Both runs are firedrill-train processes (one per rank, on this machine,
+// against the job's checkpoint storage), beside the running job: the job
+// itself is not touched. Neither gets the drill's faults.
+#include <google/protobuf/text_format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/subprocess.h"
+#include "controller/session_manager.h"
+
+namespace firedrill::controller {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kDefaultResumeSteps = 10;
+constexpr int kRunLimitS = 300;  // coreutils timeout around each run
+
+// The line rank 0 logged when it resumed ("resumed from ... at step N ..."),
+// without the log's own prefix; "" if none.
+std::string ResumeLine(const std::string& output) {
+  size_t at = output.find("rank 0: resumed from ");
+  if (at == std::string::npos) at = output.find("resumed from ");
+  if (at == std::string::npos) return "";
+  const size_t end = output.find('\n', at);
+  return output.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
+// The last line of a failed run's output: its error.
+std::string LastLine(const std::string& output) {
+  const size_t nl = output.find_last_of('\n');
+  return nl == std::string::npos ? output : output.substr(nl + 1);
+}
+
+}  // namespace
+
+StatusOr<v1::RunProbeResponse> SessionManager::RunResumeProbe(Session& s, const v1::ProbeSpec& spec) {
+  const auto started = std::chrono::steady_clock::now();
+  v1::JobSpec job;
+  std::string session_id, scratch;
+  int64_t seed = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    FD_RETURN_IF_ERROR(ToolOffered(s, "probes"));
+    if (s.state == SessionState::kCreated || s.state == SessionState::kBaseline)
+      return FailedPrecondition("the job has not started yet: it has no checkpoints to resume from");
+    job = s.rec.job();  // as deployed: the faults' settings and the learner's fixes
+    session_id = s.rec.info().session_id();
+    seed = static_cast<int64_t>(s.rec.info().seed());
+    scratch = SessionFilesDir(opts_.state_dir, session_id, "resume-probe");
+  }
+  const std::string dir = job.checkpoint().dir();
+  if (dir.empty() || job.checkpoint().every() <= 0)
+    return FailedPrecondition("this job writes no checkpoints (checkpoint.every is 0): there is nothing to resume");
+  int64_t from = spec.from_step();
+  if (from == 0) {
+    auto newest = NewestValidStep(dir);
+    if (!newest.ok()) return newest.status();
+    if (*newest < 0) return FailedPrecondition("the job has no checkpoint that verifies yet; `firedrill ckpt list`");
+    from = *newest;
+  }
+  const std::string from_dir = CheckpointStepDir(dir, from);
+  std::error_code ec;
+  if (!fs::is_directory(from_dir, ec))
+    return NotFound("there is no checkpoint of step " + std::to_string(from) + " (" + from_dir +
+                    "); `firedrill ckpt list` shows those there are");
+  const int k = spec.resume_steps() > 0 ? spec.resume_steps() : kDefaultResumeSteps;
+  const int64_t saved_at = (from / k + 1) * k;  // the straight run's first checkpoint
+  const int64_t to = saved_at + k;
+
+  fs::remove_all(scratch, ec);
+  fs::create_directories(scratch, ec);
+  if (ec) return Internal("cannot make " + scratch + ": " + ec.message());
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code e;
+      fs::remove_all(dir, e);
+    }
+  } cleanup{scratch};
+
+  // One run: the job from `resume` for `steps` steps, checkpointing every k
+  // under `out`.
+  auto run = [&](const std::string& name, const std::string& resume, int64_t steps,
+                 std::string* output) -> Status {
+    v1::JobSpec j = job;
+    auto* ck = j.mutable_checkpoint();
+    ck->set_dir(scratch + "/" + name);
+    ck->set_every(k);
+    ck->set_keep(0);
+    ck->set_keep_period(0);
+    ck->set_resume_from(resume);
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(j, &text);
+    const std::string job_file = scratch + "/" + name + ".job.txtpb";
+    std::ofstream(job_file, std::ios::trunc) << text;
+    std::vector<std::string> argv = {"timeout", std::to_string(kRunLimitS), opts_.train_bin, "--job", job_file,
+                                     "--steps", std::to_string(steps), "--seed", std::to_string(seed), "--log-every", "0"};
+    if (name == "resumed") argv.push_back("--checkpoint-at-start");  // what the resume put back
+    auto r = RunCommand(argv);
+    if (!r.ok()) return Internal("cannot run firedrill-train (" + opts_.train_bin + "): " + r.status().message());
+    *output = r->output;
+    if (r->exit_code == 124)
+      return DeadlineExceeded("the " + name + " run did not finish within " + std::to_string(kRunLimitS) + " s");
+    if (r->exit_code != 0)
+      return FailedPrecondition("the " + name + " run from " + resume + " failed: " + LastLine(r->output));
+    return Status::Ok();
+  };
+  // A copy to start from: the running job prunes its checkpoints as it
+  // writes new ones, the newest few within seconds.
+  const std::string start = CheckpointStepDir(scratch + "/from", from);
+  fs::create_directories(scratch + "/from", ec);
+  fs::copy(from_dir, start, fs::copy_options::recursive, ec);
+  if (ec)
+    return Unavailable("could not copy " + from_dir + " (" + ec.message() +
+                       "): the job may have pruned it meanwhile; name a checkpoint it keeps (`firedrill ckpt list`)");
+  std::string straight_out, resumed_out;
+  FD_RETURN_IF_ERROR(run("straight", start, to - from, &straight_out));
+  FD_RETURN_IF_ERROR(run("resumed", CheckpointStepDir(scratch + "/straight", saved_at), k, &resumed_out));
+
+  // The two runs' checkpoints of one step, part by part (firedrill-ckpt diff).
+  auto diff = [&](int64_t step, nlohmann::json* d) -> Status {
+    const std::string a = CheckpointStepDir(scratch + "/straight", step), b = CheckpointStepDir(scratch + "/resumed", step);
+    auto r = RunCommand({opts_.ckpt_bin, "diff", a, b, "--json"});
+    if (!r.ok()) return Internal("cannot run firedrill-ckpt (" + opts_.ckpt_bin + "): " + r.status().message());
+    if (r->exit_code != 0 && r->exit_code != 1)
+      return Internal(opts_.ckpt_bin + " diff exited " + std::to_string(r->exit_code) + ": " + r->output);
+    const size_t brace = r->output.find('{');
+    *d = brace == std::string::npos ? nlohmann::json() : nlohmann::json::parse(r->output.substr(brace), nullptr, false);
+    if (!d->is_object() || !d->contains("parts")) return Internal(opts_.ckpt_bin + " diff printed no JSON: " + r->output);
+    return Status::Ok();
+  };
+  nlohmann::json d, at_resume;
+  FD_RETURN_IF_ERROR(diff(saved_at, &at_resume));
+  FD_RETURN_IF_ERROR(diff(to, &d));
+  auto fill = [](const nlohmann::json& parts, const auto& add) {
+    for (const auto& p : parts) {
+      v1::ResumeProbePart* part = add();
+      part->set_part(p.value("part", std::string()));
+      part->set_entries(p.value("entries", 0));
+      part->set_differ(p.value("differ", 0));
+      if (p.contains("ranks") && p["ranks"].is_array())
+        for (const auto& rank : p["ranks"]) part->add_ranks(rank.get<int>());
+      part->set_max_abs_diff(p.value("max_abs_diff", 0.0));
+      part->set_straight_value(p.value("a_value", std::string()));
+      part->set_resumed_value(p.value("b_value", std::string()));
+      part->set_first_differing(p.value("first_differing", std::string()));
+      part->set_missing(p.value("missing", 0));
+    }
+  };
+
+  v1::RunProbeResponse out;
+  out.set_session_id(session_id);
+  *out.mutable_spec() = spec;
+  out.mutable_spec()->set_from_step(from);
+  out.mutable_spec()->set_resume_steps(k);
+  out.set_world_size(job.world_size());
+  out.set_step(from);
+  v1::ResumeProbe* rp = out.mutable_resume();
+  rp->set_from_dir(from_dir);
+  rp->set_saved_at(saved_at);
+  rp->set_to_step(to);
+  rp->set_restore(job.checkpoint().restore().empty() ? "all" : job.checkpoint().restore());
+  rp->set_resume_log(ResumeLine(resumed_out));
+  rp->set_same(d.value("same", false));
+  fill(d["parts"], [rp] { return rp->add_parts(); });
+  fill(at_resume["parts"], [rp] { return rp->add_at_resume(); });
+  rp->set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  return out;
+}
+
+}  // namespace firedrill::controller
