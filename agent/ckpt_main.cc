@@ -133,7 +133,9 @@ int Diff(const std::string& a, const std::string& b, bool as_json) {
                      {"first_differing", p.first_differing}, {"missing", p.missing}});
   }
   if (as_json) {
-    std::cout << nlohmann::json{{"a", a}, {"b", b}, {"world_size", d->world_size}, {"same", same}, {"parts", parts}}.dump(2)
+    // Blobs are bytes: any that are not UTF-8 are printed with U+FFFD.
+    std::cout << nlohmann::json{{"a", a}, {"b", b}, {"world_size", d->world_size}, {"same", same}, {"parts", parts}}
+                     .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
               << "\n";
   } else {
     std::printf("%-12s %-8s %-7s %-10s %s\n", "PART", "ENTRIES", "DIFFER", "RANKS", "MAX |A-B|");

@@ -873,6 +873,8 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     pr.mutable_spec()->set_op("resume");
     auto probe = client.RunProbe(pr);
     auto list = client.ListCheckpoints(id);
+    if (!probe.ok()) out << "\nautopilot: probe resume failed: " << probe.status().message() << "\n";
+    if (!list.ok()) out << "\nautopilot: ckpt list failed: " << list.status().message() << "\n";
     if (probe.ok() && list.ok()) {
       out << "\n";
       PrintProbe(*probe, out);

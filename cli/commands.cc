@@ -199,7 +199,10 @@ StatusOr<v1::RunProbeResponse> ProbeWithProgress(DrillClient& client, const v1::
   std::unique_lock<std::mutex> lock(mu);
   while (!cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return result.has_value(); })) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    bar.Update("probe " + req.spec().op() + ": waiting for a step boundary, then measuring (" + Num(s) + " s)", 0, 0);
+    bar.Update(req.spec().op() == "resume"
+                   ? "probe resume: two runs from the checkpoint, beside the job (" + Num(s) + " s)"
+                   : "probe " + req.spec().op() + ": waiting for a step boundary, then measuring (" + Num(s) + " s)",
+               0, 0);
   }
   lock.unlock();
   t.join();

@@ -129,6 +129,13 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& as
   auto sp = Find(asked.session_id());
   if (!sp.ok()) return sp.status();
   Session& s = **sp;
+  // Not while a probe runs: `probe resume` trains beside the job, and its
+  // load must not meet verification's measurements (nor a sweep the job's).
+  // Held to the end, so none starts meanwhile; then fix_pending refuses one.
+  std::unique_lock<std::mutex> no_probe(s.probe_mu, std::try_to_lock);
+  if (!no_probe.owns_lock())
+    return FailedPrecondition("a probe is running on session " + asked.session_id() +
+                              "; apply the fix when it has finished");
   v1::ApplyFixRequest req = asked;  // its checkpoint path made canonical below
   // Where the drill scores lost work (Remediation.newest_valid_checkpoint):
   // the newest checkpoint that verifies as the fix lands (the job may still

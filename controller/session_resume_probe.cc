@@ -21,6 +21,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -34,7 +36,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int kDefaultResumeSteps = 10;
-constexpr int kRunLimitS = 300;  // coreutils timeout around each run
+constexpr int kRunLimitS = 120;  // coreutils timeout around each run
 
 // The line rank 0 logged when it resumed ("resumed from ... at step N ..."),
 // without the log's own prefix; "" if none.
@@ -46,10 +48,42 @@ std::string ResumeLine(const std::string& output) {
   return output.substr(at, end == std::string::npos ? std::string::npos : end - at);
 }
 
-// The last line of a failed run's output: its error.
-std::string LastLine(const std::string& output) {
+// A failed run's first rank error ("firedrill-train: rank 1: ..."; its peers'
+// follow-on errors come after it), else its last line.
+std::string RunError(const std::string& output) {
+  const size_t at = output.find("firedrill-train: ");
+  if (at != std::string::npos) return output.substr(at, output.find('\n', at) - at);
   const size_t nl = output.find_last_of('\n');
   return nl == std::string::npos ? output : output.substr(nl + 1);
+}
+
+// A part as firedrill-ckpt diff printed it; a number JSON cannot hold (an
+// infinite difference prints as null) reads as infinite.
+void FillParts(const nlohmann::json& parts, const std::function<v1::ResumeProbePart*()>& add) {
+  if (!parts.is_array()) return;
+  auto text = [](const nlohmann::json& p, const char* key) {
+    const auto it = p.find(key);
+    return it != p.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto num = [](const nlohmann::json& p, const char* key) {
+    const auto it = p.find(key);
+    return it != p.end() && it->is_number() ? it->get<double>() : std::numeric_limits<double>::infinity();
+  };
+  for (const auto& p : parts) {
+    if (!p.is_object()) continue;
+    v1::ResumeProbePart* part = add();
+    part->set_part(text(p, "part"));
+    part->set_entries(static_cast<int32_t>(num(p, "entries")));
+    part->set_differ(static_cast<int32_t>(num(p, "differ")));
+    part->set_missing(static_cast<int32_t>(num(p, "missing")));
+    if (const auto r = p.find("ranks"); r != p.end() && r->is_array())
+      for (const auto& rank : *r)
+        if (rank.is_number_integer()) part->add_ranks(rank.get<int>());
+    part->set_max_abs_diff(num(p, "max_abs_diff"));
+    part->set_straight_value(text(p, "a_value"));
+    part->set_resumed_value(text(p, "b_value"));
+    part->set_first_differing(text(p, "first_differing"));
+  }
 }
 
 }  // namespace
@@ -62,8 +96,16 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunResumeProbe(Session& s, const 
   {
     std::lock_guard<std::mutex> lock(s.mu);
     FD_RETURN_IF_ERROR(ToolOffered(s, "probes"));
+    FD_RETURN_IF_ERROR(ToolOffered(s, "checkpoints"));
     if (s.state == SessionState::kCreated || s.state == SessionState::kBaseline)
       return FailedPrecondition("the job has not started yet: it has no checkpoints to resume from");
+    // Only while the drill's job is the learner's to look at: its runs
+    // train beside whatever else runs here, and verification's
+    // measurements must have the machine to themselves.
+    if (s.state != SessionState::kRunning || s.fix_pending || s.end_requested)
+      return FailedPrecondition("probe resume runs while the session's job is being investigated, before its fix; "
+                                "session " + s.rec.info().session_id() + " is " + Name(s.state) +
+                                (s.fix_pending ? " (its fix is being verified)" : ""));
     job = s.rec.job();  // as deployed: the faults' settings and the learner's fixes
     session_id = s.rec.info().session_id();
     seed = static_cast<int64_t>(s.rec.info().seed());
@@ -71,7 +113,8 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunResumeProbe(Session& s, const 
   }
   const std::string dir = job.checkpoint().dir();
   if (dir.empty() || job.checkpoint().every() <= 0)
-    return FailedPrecondition("this job writes no checkpoints (checkpoint.every is 0): there is nothing to resume");
+    return FailedPrecondition("this job writes no checkpoints (checkpoint.every is 0 or it has no checkpoint.dir): "
+                              "there is nothing to resume");
   int64_t from = spec.from_step();
   if (from == 0) {
     auto newest = NewestValidStep(dir);
@@ -113,7 +156,10 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunResumeProbe(Session& s, const 
     std::string text;
     google::protobuf::TextFormat::PrintToString(j, &text);
     const std::string job_file = scratch + "/" + name + ".job.txtpb";
-    std::ofstream(job_file, std::ios::trunc) << text;
+    std::ofstream jf(job_file, std::ios::trunc);
+    jf << text;
+    jf.close();
+    if (!jf) return Internal("cannot write " + job_file);
     std::vector<std::string> argv = {"timeout", std::to_string(kRunLimitS), opts_.train_bin, "--job", job_file,
                                      "--steps", std::to_string(steps), "--seed", std::to_string(seed), "--log-every", "0"};
     if (name == "resumed") argv.push_back("--checkpoint-at-start");  // what the resume put back
@@ -123,7 +169,8 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunResumeProbe(Session& s, const 
     if (r->exit_code == 124)
       return DeadlineExceeded("the " + name + " run did not finish within " + std::to_string(kRunLimitS) + " s");
     if (r->exit_code != 0)
-      return FailedPrecondition("the " + name + " run from " + resume + " failed: " + LastLine(r->output));
+      return FailedPrecondition("the " + name + " run (from " + (name == "straight" ? from_dir : "its own checkpoint") +
+                                ") failed: " + RunError(r->output));
     return Status::Ok();
   };
   // A copy to start from: the running job prunes its checkpoints as it
@@ -134,6 +181,12 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunResumeProbe(Session& s, const 
   if (ec)
     return Unavailable("could not copy " + from_dir + " (" + ec.message() +
                        "): the job may have pruned it meanwhile; name a checkpoint it keeps (`firedrill ckpt list`)");
+  // As a resume would check it (a step the job is still writing has no
+  // manifest yet).
+  if (auto v = RunCommand({opts_.ckpt_bin, "verify", start}); !v.ok() || v->exit_code != 0)
+    return FailedPrecondition("the checkpoint of step " + std::to_string(from) + " does not verify" +
+                              (v.ok() ? ": " + v->output.substr(0, 300) : std::string()) +
+                              "; `firedrill ckpt list` shows the ones that do");
   std::string straight_out, resumed_out;
   FD_RETURN_IF_ERROR(run("straight", start, to - from, &straight_out));
   FD_RETURN_IF_ERROR(run("resumed", CheckpointStepDir(scratch + "/straight", saved_at), k, &resumed_out));
@@ -153,21 +206,6 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunResumeProbe(Session& s, const 
   nlohmann::json d, at_resume;
   FD_RETURN_IF_ERROR(diff(saved_at, &at_resume));
   FD_RETURN_IF_ERROR(diff(to, &d));
-  auto fill = [](const nlohmann::json& parts, const auto& add) {
-    for (const auto& p : parts) {
-      v1::ResumeProbePart* part = add();
-      part->set_part(p.value("part", std::string()));
-      part->set_entries(p.value("entries", 0));
-      part->set_differ(p.value("differ", 0));
-      if (p.contains("ranks") && p["ranks"].is_array())
-        for (const auto& rank : p["ranks"]) part->add_ranks(rank.get<int>());
-      part->set_max_abs_diff(p.value("max_abs_diff", 0.0));
-      part->set_straight_value(p.value("a_value", std::string()));
-      part->set_resumed_value(p.value("b_value", std::string()));
-      part->set_first_differing(p.value("first_differing", std::string()));
-      part->set_missing(p.value("missing", 0));
-    }
-  };
 
   v1::RunProbeResponse out;
   out.set_session_id(session_id);
@@ -182,9 +220,9 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunResumeProbe(Session& s, const 
   rp->set_to_step(to);
   rp->set_restore(job.checkpoint().restore().empty() ? "all" : job.checkpoint().restore());
   rp->set_resume_log(ResumeLine(resumed_out));
-  rp->set_same(d.value("same", false));
-  fill(d["parts"], [rp] { return rp->add_parts(); });
-  fill(at_resume["parts"], [rp] { return rp->add_at_resume(); });
+  rp->set_same(d.contains("same") && d["same"].is_boolean() && d["same"].get<bool>());
+  FillParts(d["parts"], [rp] { return rp->add_parts(); });
+  FillParts(at_resume["parts"], [rp] { return rp->add_at_resume(); });
   rp->set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   return out;
 }

@@ -11,6 +11,12 @@ Status ValidateResumeWithoutState(const v1::FaultSpec& spec) {
   if (parts->All())
     return InvalidArgument("params.restore is \"" + r + "\", which restores everything: name the parts the broken "
                            "resume puts back, e.g. \"model\"");
+  // The trainer draws nothing from the default generator once training
+  // runs (the model's init and the data order have generators of their
+  // own), so a resume that leaves out only the RNG changes nothing.
+  if (parts->optim && parts->data)
+    return InvalidArgument("params.restore is \"" + r + "\", which leaves out only the RNG: nothing in training here "
+                           "draws from it, so the resume would lose nothing; leave out optim or data");
   return Status::Ok();
 }
 

@@ -6,8 +6,10 @@
 // hold all of the state; a resume leaves the rest as a fresh process has
 // it: AdamW's moments and step count at zero (its first updates are
 // lr-sized in every coordinate: the loss jumps), the loss scale at its
-// initial value, the generator at its seed, the data loader at the start
-// of the dataset (samples the job already trained on come again). Only a
+// initial value, the data loader at the start of the dataset (samples the
+// job already trained on come again), the default generator as the new
+// process left it (nothing in training draws from it here: the validator
+// refuses a resume that leaves out only that). Only a
 // restart shows it, so a scenario pairs it with one (rank_crash); every
 // checkpoint written after that restart carries the damaged trajectory.
 #pragma once
