@@ -699,6 +699,11 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
   bool healthy = false;
   bool replicas_checked = false;
   AutopilotFinding replicas_apart;  // found: the replicas differ (ReasonChecksums)
+  // The launcher restarted the job and it trains again: whether the
+  // restart carried its state through is the next question, whatever the
+  // telemetry's windows say meanwhile (they mix the runs before and after).
+  bool restarted_running = false;
+  std::chrono::steady_clock::time_point running_again{};
   // Fast and even is not the same as learning: once the main run has run
   // the baseline's steps, its loss beside the baseline's over them (same
   // seed, data and initial weights). A loss far off the baseline's is
@@ -742,6 +747,13 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     for (const auto& r : st->ranks()) {
       full = full && r.window_steps() >= 10;
       failed = failed || r.state() == "failed";
+    }
+    if (FirstRestartStep(*st) > 0 && full && !failed && !LooksHung(*st)) {
+      if (running_again == std::chrono::steady_clock::time_point{}) running_again = std::chrono::steady_clock::now();
+      if (std::chrono::steady_clock::now() - running_again > std::chrono::seconds(10)) {
+        restarted_running = true;
+        break;
+      }
     }
     if (!full && !failed) continue;
     // Half a minute without a settled finding: before looking longer at
@@ -827,7 +839,7 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
            "ending the session\n";
     (void)client.EndSession(id, std::chrono::seconds(60));
     return 1;
-  } else if (!settled() && !healthy && !replicas_apart.found) {
+  } else if (!settled() && !healthy && !replicas_apart.found && !restarted_running) {
     out << "autopilot: no consistent finding in the telemetry; ending the session\n";
     (void)client.EndSession(id, std::chrono::seconds(60));
     return 1;
@@ -867,7 +879,7 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
   }
   // A job that restarted and runs as it did: did the restart carry the
   // whole state through? A save and resume against the same steps straight.
-  if (const int64_t restart = FirstRestartStep(*st); healthy && restart > 0) {
+  if (const int64_t restart = FirstRestartStep(*st); (healthy || restarted_running) && restart > 0) {
     v1::RunProbeRequest pr;
     pr.set_session_id(id);
     pr.mutable_spec()->set_op("resume");
@@ -882,7 +894,16 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
       if (d.found) {
         healthy = false;
         findings = {d};
+      } else if (restarted_running && findings.empty()) {
+        healthy = true;  // a host went down, and the restart carried everything through
+        healthy_why = "the job restarted from step " + std::to_string(restart) +
+                      " and its save and resume are exact (probe resume: every part the same)";
       }
+    }
+    if (restarted_running && findings.empty() && !healthy) {
+      out << "autopilot: the job restarted and nothing says what its restart did; ending the session\n";
+      (void)client.EndSession(id, std::chrono::seconds(60));
+      return 1;
     }
   }
   if (healthy) {

@@ -69,13 +69,17 @@ void FillParts(const nlohmann::json& parts, const std::function<v1::ResumeProbeP
     const auto it = p.find(key);
     return it != p.end() && it->is_number() ? it->get<double>() : std::numeric_limits<double>::infinity();
   };
+  auto count = [](const nlohmann::json& p, const char* key) {
+    const auto it = p.find(key);
+    return it != p.end() && it->is_number_integer() ? it->get<int32_t>() : 0;
+  };
   for (const auto& p : parts) {
     if (!p.is_object()) continue;
     v1::ResumeProbePart* part = add();
     part->set_part(text(p, "part"));
-    part->set_entries(static_cast<int32_t>(num(p, "entries")));
-    part->set_differ(static_cast<int32_t>(num(p, "differ")));
-    part->set_missing(static_cast<int32_t>(num(p, "missing")));
+    part->set_entries(count(p, "entries"));
+    part->set_differ(count(p, "differ"));
+    part->set_missing(count(p, "missing"));
     if (const auto r = p.find("ranks"); r != p.end() && r->is_array())
       for (const auto& rank : *r)
         if (rank.is_number_integer()) part->add_ranks(rank.get<int>());
