@@ -93,8 +93,11 @@ bool LooksHealthy(const v1::SessionStatus& st, std::string* why) {
     if (r.state() != "running" || r.window_steps() < 10 || Stalled(r)) return false;
     max_busy = std::max(max_busy, r.busy_vs_median());
   }
+  // A busy-time spread that costs no throughput is noise on shared cores
+  // (a straggler needs the job slowed: ReasonAll); 1.15 here kept a
+  // healthy job's twelve looks in a row from coming for minutes.
   const double ratio = VsBaseline(st);
-  if (ratio < 0.85 || max_busy > 1.15) return false;
+  if (ratio < 0.85 || max_busy > 1.3) return false;
   if (why) {
     *why = "every rank steps; the job runs at " + Num(ratio, 2) + "x its healthy baseline's throughput, the busiest "
            "rank is " + Num(max_busy, 2) + "x the median's busy time, and no phase stands out (data, compute, "
@@ -306,7 +309,21 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
   std::string why;
   // A starved rank is busy waiting for data, not computing: the rule above
   // explained it.
-  const int slow = starved.empty() && Median(busy) >= 2.0 ? analysis::FindStraggler(st, 1.2, &why) : -1;
+  int slow = starved.empty() && Median(busy) >= 2.0 ? analysis::FindStraggler(st, 1.2, &why) : -1;
+  // A straggler is what slows the job: its extra compute over the median
+  // rank's must account for a good part of how much longer the step got
+  // than in the baseline. On shared cores a rank's busy time swings by a
+  // millisecond or two; beside a slow interconnect (a 30 ms step of which
+  // 4 ms compute) that swing is a 1.3x ratio that explains nothing
+  // (new-rack-acceptance seed 72 in CI, one look in a run). No slowdown,
+  // no straggler to replace.
+  if (slow >= 0 && base_step > 0) {
+    double slow_busy = 0;
+    for (const auto* r : live)
+      if (r->rank() == slow) slow_busy = r->step_ms() - r->comm_ms();
+    const double grew = med_step - base_step;
+    if (med_step < 1.15 * base_step || slow_busy - Median(busy) < 0.3 * grew) slow = -1;
+  }
   if (slow >= 0) {
     f = AutopilotFinding{};
     f.found = true;

@@ -247,6 +247,41 @@ TEST(Autopilot, OneSlowComputeRankIsAStraggler) {
   EXPECT_EQ(f.fix.replace_host_ranks(0), 3);
 }
 
+// What new-rack-acceptance seed 72 showed in CI: a slow link triples the
+// step, and one rank's compute is 1.3x the median's, by 1.2 ms of a 33 ms
+// step. That spread is scheduling noise; the interconnect is the finding.
+TEST(Autopilot, ABusySpreadThatExplainsNoneOfTheSlowdownIsNoStraggler) {
+  auto st = Job(0.1, 1, 2, 29);
+  st.mutable_baseline()->set_median_step_ms(13.5);
+  st.mutable_ranks(2)->set_forward_ms(1.3);
+  st.mutable_ranks(2)->set_backward_ms(2.9);
+  st.mutable_ranks(2)->set_comm_ms(27.9);
+  st.mutable_ranks(2)->set_step_ms(32.7);
+  const auto f = Reason(st);
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.cause, "slow-link") << f.evidence;
+  // The same spread in a job no slower than its baseline: nothing.
+  auto calm = Job(0.2, 2, 3, 1);
+  calm.mutable_baseline()->set_median_step_ms(6.7);
+  calm.mutable_ranks(1)->set_forward_ms(3);
+  calm.mutable_ranks(1)->set_backward_ms(4);
+  calm.mutable_ranks(1)->set_step_ms(8.7);
+  EXPECT_FALSE(Reason(calm).found) << Reason(calm).evidence;
+  // A real straggler in the same slow job still is one.
+  st.mutable_ranks(2)->set_forward_ms(4);
+  st.mutable_ranks(2)->set_backward_ms(8);
+  st.mutable_ranks(2)->set_comm_ms(27.5);
+  st.mutable_ranks(2)->set_step_ms(40.1);
+  for (int r : {0, 1, 3}) {
+    st.mutable_ranks(r)->set_comm_ms(36);
+    st.mutable_ranks(r)->set_step_ms(39.6);
+  }
+  const auto s = Reason(st);
+  ASSERT_TRUE(s.found);
+  EXPECT_EQ(s.cause, "straggler") << s.evidence;
+  EXPECT_EQ(s.ranks, std::vector<int>{2});
+}
+
 TEST(Autopilot, EveryoneWaitingInCommWithTinyBucketsIsSmallBuckets) {
   auto st = Job(0.2, 2.5, 6, 100);
   // 25 MB buckets: the collectives themselves are slow, and only probes can
