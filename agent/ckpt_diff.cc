@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -10,9 +12,6 @@
 
 namespace firedrill::agent {
 
-namespace {
-
-// The part an entry belongs to: the prefix of a tensor's name, or a blob's name.
 std::string PartOf(const std::string& name, bool tensor) {
   if (!tensor) return name;
   const size_t slash = name.find('/');
@@ -23,6 +22,8 @@ const std::vector<std::string>& PartOrder() {
   static const std::vector<std::string> order = {"model", "optim", "rng", "loss_scaler", "data_cursor", "step"};
   return order;
 }
+
+namespace {
 
 bool SameBytes(const at::Tensor& a, const at::Tensor& b) {
   if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
@@ -64,7 +65,10 @@ StatusOr<CheckpointDiff> DiffCheckpoints(const std::string& a_dir, const std::st
         if (p.first_differing.empty() || name < p.first_differing) p.first_differing = name;
       }
       if (p.ranks.empty() || p.ranks.back() != rank) p.ranks.push_back(rank);
-      p.max_abs_diff = std::max(p.max_abs_diff, diff);
+      // A NaN anywhere (a value gone NaN, inf - inf) stays NaN: std::max
+      // would drop it.
+      p.max_abs_diff = std::isnan(diff) || std::isnan(p.max_abs_diff) ? std::numeric_limits<double>::quiet_NaN()
+                                                                      : std::max(p.max_abs_diff, diff);
       if (!tensor && p.a_value.empty() && p.b_value.empty()) p.a_value = av, p.b_value = bv;
     };
     std::set<std::string> tensor_names, blob_names;

@@ -30,6 +30,12 @@ struct CheckpointDiff {
   std::vector<PartDiff> parts;  // in the order above
 };
 
+// The part a shard's entry belongs to: the prefix of a tensor's name
+// ("model/fc1.weight": model), or a blob's name.
+std::string PartOf(const std::string& name, bool tensor);
+// The parts in the order they are reported.
+const std::vector<std::string>& PartOrder();
+
 // Both must be complete checkpoints of the same world size; an entry only
 // one of them holds counts as differing (`missing`).
 StatusOr<CheckpointDiff> DiffCheckpoints(const std::string& step_dir_a, const std::string& step_dir_b);

@@ -17,6 +17,7 @@
 
 #include "agent/checkpoint.h"
 #include "agent/ckpt_diff.h"
+#include "common/format.h"
 
 namespace fa = firedrill::agent;
 
@@ -82,7 +83,7 @@ std::string ContentsText(const std::string& step_dir) {
   auto shard = fa::LoadShard(step_dir, 0);
   if (!shard.ok()) return "";
   std::map<std::string, int> tensors;
-  for (const auto& [name, t] : shard->tensors) ++tensors[name.substr(0, name.find('/'))];
+  for (const auto& [name, t] : shard->tensors) ++tensors[fa::PartOf(name, true)];
   std::string out = "holds (rank 0's shard):";
   for (const char* part : {"model", "optim"})
     out += std::string(" ") + part + " " + std::to_string(tensors[part]) + " tensors,";
@@ -142,13 +143,7 @@ int Diff(const std::string& a, const std::string& b, bool as_json) {
     for (const auto& p : d->parts) {
       std::string ranks;
       for (int r : p.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-      char diff[32];
-      std::snprintf(diff, sizeof diff, "%.3g", p.max_abs_diff);
-      const std::string what = p.differ == 0                               ? "-"
-                               : !p.a_value.empty() || !p.b_value.empty() ? p.a_value + " | " + p.b_value
-                               : p.missing == p.differ                    ? "only one holds them"
-                               : p.max_abs_diff > 0                       ? std::string(diff)
-                                                                          : "other bytes";
+      const std::string what = firedrill::PartDiffText(p.differ, p.missing, p.max_abs_diff, p.a_value, p.b_value);
       std::printf("%-12s %-8d %-7d %-10s %s\n", p.part.c_str(), p.entries, p.differ, ranks.empty() ? "-" : ranks.c_str(),
                   what.c_str());
     }

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -185,9 +186,13 @@ int main(int argc, char** argv) {
   // started a thread; rank 0's store address reaches the others through
   // pipes, and each rank's losses and parameters come back through files.
   const int world = job.world_size();
-  char tmpl[] = "/tmp/firedrill-train-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) {
-    std::fprintf(stderr, "firedrill-train: cannot make a temporary directory: %s\n", std::strerror(errno));
+  // Under $TMPDIR where the caller names one (the controller's probe runs
+  // keep theirs in a scratch directory it removes, however they end).
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string tmpl = std::string(tmpdir != nullptr && tmpdir[0] == '/' ? tmpdir : "/tmp") + "/firedrill-train-XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    std::fprintf(stderr, "firedrill-train: cannot make a temporary directory (%s): %s\n", tmpl.c_str(),
+                 std::strerror(errno));
     return 1;
   }
   const std::string work = tmpl;

@@ -7,6 +7,7 @@
 
 #include "cli/output.h"
 #include "collectives/collective.h"
+#include "common/format.h"
 #include "common/stats.h"
 
 namespace firedrill::cli {
@@ -128,17 +129,11 @@ void PrintChecksums(const v1::RunProbeResponse& r, std::ostream& out) {
 
 namespace {
 
-std::string Sci(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
-}
-
 // The two runs' checkpoints of the same step, part by part.
 void PrintResume(const v1::RunProbeResponse& r, std::ostream& out) {
   const v1::ResumeProbe& p = r.resume();
   const int64_t k = p.to_step() - p.saved_at();
-  out << "# firedrill probe resume: from " << p.from_dir() << ", the job as deployed (without faults) on "
+  out << "# firedrill probe resume: from " << p.from_dir() << ", the job as deployed (its config) on "
       << r.world_size() << " ranks: " << (p.to_step() - r.step()) << " steps straight to step " << p.to_step()
       << ", against the same steps with a checkpoint at step " << p.saved_at() << " and a resume from it for the last "
       << k << " (checkpoint.restore: " << p.restore() << "); " << Num(p.seconds(), 1) << " s\n";
@@ -151,13 +146,8 @@ void PrintResume(const v1::RunProbeResponse& r, std::ostream& out) {
     for (const auto& part : parts) {
       std::string ranks;
       for (int rank : part.ranks()) ranks += (ranks.empty() ? "" : ",") + std::to_string(rank);
-      std::string what = "-";
-      if (part.differ() > 0)
-        what = !part.straight_value().empty() || !part.resumed_value().empty()
-                   ? part.straight_value() + " | " + part.resumed_value()
-               : part.missing() == part.differ() ? std::string("only one holds them")
-               : part.max_abs_diff() > 0         ? "max |diff| " + Sci(part.max_abs_diff())
-                                                 : std::string("other bytes");
+      const std::string what = PartDiffText(part.differ(), part.missing(), part.max_abs_diff(), part.straight_value(),
+                                            part.resumed_value());
       t.Add({part.part(), std::to_string(part.entries()), std::to_string(part.differ()), ranks.empty() ? "-" : ranks, what});
       if (part.differ() > 0) differ += (differ.empty() ? "" : ", ") + part.part();
     }

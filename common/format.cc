@@ -18,6 +18,18 @@ std::string Sig(double v) {
   return buf;
 }
 
+std::string PartDiffText(int differ, int missing, double max_abs_diff, const std::string& a, const std::string& b) {
+  if (differ == 0) return "-";
+  if (!a.empty() || !b.empty()) return a + " | " + b;
+  if (missing == differ) return "only one holds them";
+  if (max_abs_diff > 0 || std::isnan(max_abs_diff)) {
+    char buf[48];
+    std::snprintf(buf, sizeof(buf), "max |diff| %.3g", max_abs_diff);
+    return buf;
+  }
+  return "other bytes";
+}
+
 std::string Bytes(int64_t n) {
   static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(n);

@@ -13,5 +13,11 @@ std::string Num(double v, int precision = 0);
 std::string Sig(double v);
 // A byte count in binary units: "512 B", "41.2 MiB".
 std::string Bytes(int64_t n);
+// The last column of a part-by-part checkpoint comparison (firedrill-ckpt
+// diff, probe resume): "-" (the same), a blob's two values "A | B", "only
+// one holds them", "max |diff| 0.0123" (inf, or nan where a value went
+// NaN), or "other bytes" (the same values in other bits: -0.0 against 0.0,
+// NaN payloads, another dtype).
+std::string PartDiffText(int differ, int missing, double max_abs_diff, const std::string& a, const std::string& b);
 
 }  // namespace firedrill

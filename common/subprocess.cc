@@ -1,9 +1,13 @@
 #include "common/subprocess.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cerrno>
 #include <cstring>
@@ -28,8 +32,11 @@ std::string SystemTool(const std::string& name) {
   return "";
 }
 
-StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv) {
+StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv) { return RunCommand(argv, RunLimits{}); }
+
+StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, const RunLimits& limits) {
   if (argv.empty()) return InvalidArgument("RunCommand: no command");
+  const bool bounded = limits.limit.count() > 0 || static_cast<bool>(limits.cancelled);
   const std::string path = SystemTool(argv[0]);
   if (path.empty())
     return NotFound("`" + argv[0] + "` is not installed (looked in /usr/sbin, /usr/bin, /sbin, /bin)");
@@ -42,6 +49,7 @@ StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv) {
   for (char** e = environ; e && *e; ++e)
     if (std::strncmp(*e, "LC_ALL=", 7) != 0 && std::strncmp(*e, "LANG=", 5) != 0) env_store.emplace_back(*e);
   env_store.emplace_back("LC_ALL=C");
+  for (const auto& e : limits.env) env_store.push_back(e);
   std::vector<char*> envp;
   for (auto& e : env_store) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -54,6 +62,10 @@ StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv) {
     return Internal(std::string("fork: ") + std::strerror(errno));
   }
   if (pid == 0) {
+    if (bounded) {
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+    }
     dup2(fds[1], 1);
     dup2(fds[1], 2);
     const int devnull = open("/dev/null", O_RDONLY);
@@ -62,9 +74,27 @@ StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv) {
     _exit(127);
   }
   close(fds[1]);
+  if (bounded) setpgid(pid, pid);  // also from here, so the group exists before any kill
   CommandResult r;
+  const auto deadline = std::chrono::steady_clock::now() + limits.limit;
+  bool killed = false;
   char buf[4096];
   for (;;) {
+    if (bounded && !killed) {
+      // Until its output ends (its whole group holds the pipe), checking the
+      // clock and the caller between reads.
+      pollfd p{fds[0], POLLIN, 0};
+      const int ready = poll(&p, 1, 100);
+      if (ready < 0 && errno != EINTR) break;
+      r.timed_out = limits.limit.count() > 0 && std::chrono::steady_clock::now() >= deadline;
+      r.cancelled = !r.timed_out && limits.cancelled && limits.cancelled();
+      if (r.timed_out || r.cancelled) {
+        kill(-pid, SIGKILL);
+        killed = true;
+        continue;
+      }
+      if (ready <= 0) continue;
+    }
     const ssize_t n = read(fds[0], buf, sizeof buf);
     if (n > 0) {
       if (r.output.size() < (1 << 20)) r.output.append(buf, static_cast<size_t>(n));

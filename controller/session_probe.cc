@@ -31,7 +31,9 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunProbe(const v1::RunProbeReques
   auto spec = NormalizeProbeSpec(req.spec());
   if (!spec.ok()) return spec.status();
   std::unique_lock<std::mutex> one(s.probe_mu, std::try_to_lock);
-  if (!one.owns_lock()) return FailedPrecondition("another probe is running on session " + req.session_id());
+  if (!one.owns_lock())
+    return FailedPrecondition("another probe, or a fix being applied, is in progress on session " + req.session_id() +
+                              "; try again when it is done");
   if (spec->op() == "resume") return RunResumeProbe(s, *spec);  // beside the job, not in it
 
   const int64_t id = ++fr_counter_;

@@ -1,6 +1,7 @@
 // SessionManager::RunResumeProbe (`firedrill probe resume`): does a save and
 // resume carry the whole state of the job through? From one of the job's
-// checkpoints, the job as deployed (its settings, not its faults) runs
+// checkpoints, the job as deployed (its config as the learner reads it,
+// settings a fault deployed included; no fault's hooks act in it) runs
 // 2k steps straight, checkpointing every k; then the checkpoint written
 // after the first k is resumed, with the job's own checkpoint settings, for
 // the other k. Compared part by part, bitwise (firedrill-ckpt diff): the
@@ -164,13 +165,23 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunResumeProbe(Session& s, const 
     jf << text;
     jf.close();
     if (!jf) return Internal("cannot write " + job_file);
-    std::vector<std::string> argv = {"timeout", std::to_string(kRunLimitS), opts_.train_bin, "--job", job_file,
-                                     "--steps", std::to_string(steps), "--seed", std::to_string(seed), "--log-every", "0"};
+    std::vector<std::string> argv = {opts_.train_bin, "--job", job_file, "--steps", std::to_string(steps),
+                                     "--seed", std::to_string(seed), "--log-every", "0"};
     if (name == "resumed") argv.push_back("--checkpoint-at-start");  // what the resume put back
-    auto r = RunCommand(argv);
+    // Its ranks die with it, and it with this thread, at the limit, or as
+    // soon as the session ends; its temporary files stay in the scratch.
+    RunLimits limits;
+    limits.limit = std::chrono::seconds(kRunLimitS);
+    limits.cancelled = [&s] {
+      std::lock_guard<std::mutex> g(s.mu);
+      return s.end_requested || s.state != SessionState::kRunning;
+    };
+    limits.env = {"TMPDIR=" + scratch};
+    auto r = RunCommand(argv, limits);
     if (!r.ok()) return Internal("cannot run firedrill-train (" + opts_.train_bin + "): " + r.status().message());
     *output = r->output;
-    if (r->exit_code == 124)
+    if (r->cancelled) return Aborted("the session stopped running while the " + name + " run ran; nothing was compared");
+    if (r->timed_out)
       return DeadlineExceeded("the " + name + " run did not finish within " + std::to_string(kRunLimitS) + " s");
     if (r->exit_code != 0)
       return FailedPrecondition("the " + name + " run (from " + (name == "straight" ? from_dir : "its own checkpoint") +
@@ -187,10 +198,11 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunResumeProbe(Session& s, const 
                        "): the job may have pruned it meanwhile; name a checkpoint it keeps (`firedrill ckpt list`)");
   // As a resume would check it (a step the job is still writing has no
   // manifest yet).
-  if (auto v = RunCommand({opts_.ckpt_bin, "verify", start}); !v.ok() || v->exit_code != 0)
-    return FailedPrecondition("the checkpoint of step " + std::to_string(from) + " does not verify" +
-                              (v.ok() ? ": " + v->output.substr(0, 300) : std::string()) +
-                              "; `firedrill ckpt list` shows the ones that do");
+  auto v = RunCommand({opts_.ckpt_bin, "verify", start});
+  if (!v.ok()) return Internal("cannot run firedrill-ckpt (" + opts_.ckpt_bin + "): " + v.status().message());
+  if (v->exit_code != 0)
+    return FailedPrecondition("the checkpoint of step " + std::to_string(from) + " does not verify: " +
+                              v->output.substr(0, 300) + "; `firedrill ckpt list` shows the ones that do");
   std::string straight_out, resumed_out;
   FD_RETURN_IF_ERROR(run("straight", start, to - from, &straight_out));
   FD_RETURN_IF_ERROR(run("resumed", CheckpointStepDir(scratch + "/straight", saved_at), k, &resumed_out));
