@@ -82,6 +82,7 @@ v1::ApplyFixRequest WrongFix(const v1::Scenario& sc, int culprit) {
   else if (id == "mig-slices") set("comm.bucket_mb", "1");  // smaller buckets: the activations stay
   // All of the state loaded, from `latest`: written after the lossy restart.
   else if (id == "night-restart" || id == "data-audit") set("checkpoint.restore", "all");
+  else if (id == "after-the-outage") set("checkpoint.every", "50");  // five times fewer writes, still far too many
   else f.add_replace_host_ranks(culprit >= 0 ? (culprit + 1) % world : 0);     // a healthy host
   return f;
 }

@@ -1,6 +1,8 @@
 #include "cli/autopilot.h"
 
 #include <algorithm>
+#include <cctype>
+#include <exception>
 #include <functional>
 #include <chrono>
 #include <cstdlib>
@@ -71,6 +73,29 @@ std::string RanksText(const std::vector<int>& ranks) {
 }
 
 }  // namespace
+
+double BriefedMtbfS(const std::string& briefing) {
+  const size_t at = briefing.find("MTBF");
+  if (at == std::string::npos) return 0;
+  size_t i = at + 4;
+  while (i < briefing.size() && i < at + 16 && !std::isdigit(static_cast<unsigned char>(briefing[i]))) ++i;
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(briefing.substr(i, 24), &used);
+  } catch (const std::exception&) {
+    return 0;
+  }
+  if (v <= 0) return 0;
+  i += used;
+  while (i < briefing.size() && briefing[i] == ' ') ++i;
+  std::string unit;
+  while (i < briefing.size() && std::isalpha(static_cast<unsigned char>(briefing[i]))) unit += briefing[i++];
+  if (unit == "s" || unit == "seconds") return v;
+  if (unit == "min" || unit == "minutes") return 60 * v;
+  if (unit == "h" || unit == "hours") return 3600 * v;
+  return 0;
+}
 
 AutopilotFinding Reason(const v1::SessionStatus& st) {
   auto all = ReasonAll(st);
@@ -283,6 +308,37 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     Set(&f.fix, "data.num_workers", std::to_string(want));
     Set(&f.fix, "data.prefetch_depth", std::to_string(2 * want));
     out.push_back(f);
+  }
+
+  // 3b. Checkpoint writes account for most of how much longer the step got
+  // than the baseline's: the cadence against what a write costs (the CKPT
+  // column is the writes spread over the window; the job waits for its
+  // slowest writer, the others then in the next all-reduce) and how often
+  // hosts fail (the briefing's MTBF): Young's interval, sqrt(2 x write x
+  // MTBF), in the baseline's steps (a cadence does not change a step).
+  const int every = job.checkpoint().every();
+  double ckpt_max = 0;
+  for (const auto* r : live) ckpt_max = std::max(ckpt_max, r->checkpoint_ms());
+  if (every > 0 && base_step > 0 && med_step >= 1.2 * base_step && ckpt_max >= 0.5 * (med_step - base_step)) {
+    f = AutopilotFinding{};
+    f.found = true;
+    f.cause = "checkpoint-cadence";
+    const double w = ckpt_max * every, step = base_step;
+    const double mtbf = BriefedMtbfS(st.session().briefing());
+    // Without a failure rate to weigh it against: writes at 2% of the time.
+    const double interval_s = mtbf > 0 ? std::sqrt(2 * (w / 1000) * mtbf) : (w / 1000) / 0.02;
+    const int64_t best = std::max<int64_t>(1, std::llround(interval_s * 1000 / step));
+    f.evidence = context + "checkpoint writes take up to " + Pct(ckpt_max / med_step) + " of a rank's step: one every " +
+                 std::to_string(every) + " steps, each about " + Num(w, 0) + " ms on the slowest writer, against " +
+                 Num(step, 1) + " ms a step without one (the baseline's). " +
+                 (mtbf > 0 ? "With a host failure every " + Num(mtbf, 0) + " s (the briefing), Young's interval "
+                             "sqrt(2 x write x MTBF) is " + Num(interval_s, 1) + " s"
+                           : std::string("No failure rate is given; writes at 2% of the time are every ") +
+                                 Num(interval_s, 1) + " s") +
+                 ": about every " + std::to_string(best) + " steps.";
+    Set(&f.fix, "checkpoint.every", std::to_string(best));
+    out.push_back(f);
+    return out;
   }
 
   // 4. Everyone waits in communication: small buckets are visible in the config.
@@ -607,7 +663,7 @@ int64_t FirstRestartStep(const v1::SessionStatus& st) {
     if (e.kind() != "job_restarted") continue;
     const std::string key = "resuming from latest (step-";
     const size_t at = e.message().find(key);
-    if (at == std::string::npos) return -1;
+    if (at == std::string::npos) continue;  // a restart from somewhere else: the next one may say
     return std::atoll(e.message().c_str() + at + key.size());
   }
   return -1;

@@ -33,6 +33,9 @@ struct AutopilotFinding {
 std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st);
 // The first of ReasonAll, or none.
 AutopilotFinding Reason(const v1::SessionStatus& st);
+// The hosts' mean time between failures a briefing states ("MTBF 600 s",
+// "MTBF 10 min"), in seconds; 0 when it states none.
+double BriefedMtbfS(const std::string& briefing);
 // True when nothing is wrong that the telemetry can show: every rank steps,
 // throughput is at the healthy baseline's and the ranks are balanced.
 // `why` says so in numbers.

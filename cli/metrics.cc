@@ -31,6 +31,7 @@ const std::vector<SeriesInfo>& Infos() {
       {"step_ms", "step time, ms (mean over ranks)", true},
       {"global_batch", "global batch (samples per optimiser step)", false},
       {"samples", "samples consumed so far (the data loaders' position, over every rank)", false},
+      {"ckpt_ms", "checkpoint written after the step, ms (0: none; mean over ranks)", true},
   };
   return infos;
 }
@@ -123,6 +124,7 @@ double SeriesValue(const v1::MetricsRow& row, const std::string& series, bool to
   if (series == "step_ms") return row.step_ms();
   if (series == "global_batch") return static_cast<double>(row.global_batch());
   if (series == "samples") return static_cast<double>(row.consumed_samples());
+  if (series == "ckpt_ms") return row.checkpoint_ms();
   return NAN;
 }
 

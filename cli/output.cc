@@ -106,10 +106,16 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
   if (!run.kind().empty()) {
     out << run.kind() << " run: " << run.state() << ", step " << run.steps_done()
         << (run.steps_total() > 0 ? "/" + std::to_string(run.steps_total()) : "")
-        << ", " << Num(run.throughput_samples_per_s()) << " samples/s (last window)";
-    if (st.baseline().throughput_samples_per_s() > 0) {
-      out << ", healthy baseline " << Num(st.baseline().throughput_samples_per_s()) << " samples/s ("
-          << Num(run.throughput_samples_per_s() / st.baseline().throughput_samples_per_s(), 2) << "x)";
+        << ", " << Num(run.throughput_samples_per_s()) << " samples/s (last window";
+    if (run.clock_samples_per_s() > 0) out << "; " << Num(run.clock_samples_per_s()) << " by the clock";
+    out << ")";
+    const auto& base = st.baseline();
+    if (base.throughput_samples_per_s() > 0) {
+      out << ", healthy baseline " << Num(base.throughput_samples_per_s()) << " samples/s ("
+          << Num(run.throughput_samples_per_s() / base.throughput_samples_per_s(), 2) << "x";
+      if (run.clock_samples_per_s() > 0 && base.clock_samples_per_s() > 0)
+        out << "; " << Num(run.clock_samples_per_s() / base.clock_samples_per_s(), 2) << "x by the clock";
+      out << ")";
     }
     out << ", global batch " << st.global_batch() << "\n";
   }
@@ -165,7 +171,7 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
   std::vector<std::string> header = {"RANK", "HOST", "STATE", "STEP", "STEP_MS", "SAMPLES/S"};
   if (tokens) header.push_back("TOKENS/S");
   if (padding) header.push_back("PAD%");
-  header.insert(header.end(), {"MFU%", "DATA", "FWD", "BWD", "COMM", "OPT", "LOSS"});
+  header.insert(header.end(), {"MFU%", "DATA", "FWD", "BWD", "COMM", "OPT", "CKPT", "LOSS"});
   if (mem) header.push_back("MEM_PEAK");
   header.insert(header.end(), {"BUSY/MED", ""});
   Table t(header);
@@ -185,7 +191,7 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     if (padding) row.push_back(Num(100 * r.padding_fraction(), 1));
     row.insert(row.end(), {r.mfu() > 0 ? Num(100 * r.mfu(), 1) : "-", Num(r.data_ms(), 1), Num(r.forward_ms(), 1),
                            Num(r.backward_ms(), 1),
-                           Num(r.comm_ms(), 1), Num(r.optim_ms(), 1), Num(r.loss(), 3)});
+                           Num(r.comm_ms(), 1), Num(r.optim_ms(), 1), Num(r.checkpoint_ms(), 1), Num(r.loss(), 3)});
     if (mem) row.push_back(r.mem_peak_bytes() > 0 ? Bytes(r.mem_peak_bytes()) : "-");
     row.insert(row.end(), {Num(r.busy_vs_median(), 2), r.slow() ? "SLOW" : ""});
     t.Add(std::move(row));
@@ -204,6 +210,7 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
   };
   note(padding, "PAD% = padding share of tokens");
   note(mem, "MEM_PEAK = the last step's peak of tracked memory");
+  note(true, "CKPT = checkpoint writes per step, spread over the window (`metrics --series ckpt_ms`: each write)");
   note(true, "MFU% = model FLOPs of real tokens/samples per second over the rank's measured peak matmul rate");
   if (!notes.empty()) out << "(" << notes << ")\n";
   for (const auto& r : st.ranks()) {

@@ -100,6 +100,7 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
   if (per_rank.empty() || count <= 0) return out;
   const int64_t last = first_step + count - 1;
   std::vector<double> rank_step_ms, rank_busy_ms, step_ms_all;
+  double slowest_sum_ms = 0;  // the rank whose window took longest, end to end
   double data = 0, compute = 0, comm = 0, pad = 0, tokens = 0, loss = 0;
   int64_t n = 0, skipped = 0;
   int64_t measured = count;
@@ -120,6 +121,9 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
       ++n;
     }
     measured = std::min(measured, static_cast<int64_t>(step_ms.size()));
+    double sum = 0;
+    for (double ms : step_ms) sum += ms;
+    slowest_sum_ms = std::max(slowest_sum_ms, sum);
     if (!step_ms.empty()) {
       rank_step_ms.push_back(Median(step_ms));
       rank_busy_ms.push_back(Percentile(busy, kBusyQuantile));
@@ -130,6 +134,7 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
   if (measured == 0 || rank_step_ms.empty()) return out;
   const double job_step_ms = *std::max_element(rank_step_ms.begin(), rank_step_ms.end());
   out.throughput_samples_per_s = job_step_ms > 0 ? global_batch * 1000.0 / job_step_ms : 0;
+  out.clock_samples_per_s = slowest_sum_ms > 0 ? global_batch * 1000.0 * static_cast<double>(measured) / slowest_sum_ms : 0;
   out.tokens_per_s = tokens;
   out.median_step_ms = Median(step_ms_all);
   const double med_busy = Median(rank_busy_ms);
@@ -163,6 +168,7 @@ v1::MetricsRow MetricsRowOf(const v1::StepReport& s) {
   r.set_step_ms(s.step_ms());
   r.set_global_batch(s.global_batch());
   r.set_consumed_samples(s.consumed_samples());
+  r.set_checkpoint_ms(s.checkpoint_ms());
   return r;
 }
 
@@ -190,6 +196,7 @@ void FillSummary(const WindowStats& w, v1::RunSummary* out) {
   out->set_compute_ms(w.compute_ms);
   out->set_comm_ms(w.comm_ms);
   out->set_padding_fraction(w.padding_fraction);
+  out->set_clock_samples_per_s(w.clock_samples_per_s);
 }
 
 bool VerdictDecided(const std::vector<MeasuredPair>& pairs, int planned, const v1::VerifySpec& spec) {
@@ -307,6 +314,48 @@ v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::Verify
     detail += buf;
   }
   v.set_detail(detail);
+  return v;
+}
+
+CadenceVerdict JudgeCadence(const CadenceInputs& in, const v1::VerifySpec& spec) {
+  CadenceVerdict v;
+  const double mtbf = spec.mtbf_s();
+  v.min = spec.goodput_vs_best_min();
+  char buf[768];
+  if (in.writes == 0 || in.write_ms <= 0 || in.step_ms <= 0) {
+    v.detail = "goodput: no checkpoint write of this job was measured, so its cost is unknown FAIL";
+    return v;
+  }
+  const double write_s = in.write_ms / 1000, step_s = in.step_ms / 1000;
+  // Of each interval and its write, the interval trains; a failure loses
+  // half of an interval and its write on average.
+  auto goodput = [&](double interval_s) {
+    return std::max(0.0, interval_s / (interval_s + write_s) - (interval_s + write_s) / 2 / mtbf);
+  };
+  const double best_interval_s = std::sqrt(2 * write_s * mtbf);
+  v.best = goodput(best_interval_s);
+  v.best_every = std::max<int64_t>(1, std::llround(best_interval_s / step_s));
+  std::snprintf(buf, sizeof(buf),
+                "the best cadence for these costs (Young: sqrt(2 x %.0f ms x %.0f s) = %.1f s, about every %lld "
+                "steps) keeps %.1f%%, need >= %.2f of it",
+                in.write_ms, mtbf, best_interval_s, static_cast<long long>(v.best_every), 100 * v.best, v.min);
+  const std::string best = buf;
+  if (in.every <= 0) {
+    v.detail = "goodput: no checkpoints, so a failure (every " + std::to_string(std::llround(mtbf)) +
+               " s on average) loses all the training since the start; " + best + " FAIL";
+    return v;
+  }
+  const double interval_s = static_cast<double>(in.every) * step_s;
+  const double write_share = write_s / (interval_s + write_s), lost_share = (interval_s + write_s) / 2 / mtbf;
+  v.goodput = goodput(interval_s);
+  v.passed = v.best > 0 && v.goodput >= v.min * v.best;
+  std::snprintf(buf, sizeof(buf),
+                "goodput %.1f%%: a checkpoint every %lld steps of %.1f ms = %.2f s, a write of %.0f ms (the slowest "
+                "rank's median; %d writes measured) takes %.1f%% of the time, and a failure every %.0f s loses half an "
+                "interval, %.1f%%; ",
+                100 * v.goodput, static_cast<long long>(in.every), in.step_ms, interval_s, in.write_ms, in.writes,
+                100 * write_share, mtbf, 100 * lost_share);
+  v.detail = std::string(buf) + best + (v.passed ? " ok" : " FAIL");
   return v;
 }
 

@@ -61,6 +61,10 @@ inline constexpr double kBusyQuantile = 0.25;
 struct WindowStats {
   int64_t steps = 0;                    // steps measured on every rank
   double throughput_samples_per_s = 0;  // whole job, from its median step
+  // Whole job, by the clock: the window's samples over the time its slowest
+  // rank took for all of its steps (periodic stalls such as checkpoint
+  // writes count here; the median step leaves them out).
+  double clock_samples_per_s = 0;
   double tokens_per_s = 0;              // whole job: sum over ranks of their median real tokens/s
   double median_step_ms = 0;
   double rank_step_skew = 0;            // max/median over ranks of busy p25
@@ -118,6 +122,28 @@ void AppendHistory(const v1::StepReport& s, size_t cap, History* h);
 // spec.skipped_steps_max) also judge the median of the per-pair loss ratios
 // and of the fixed windows' skipped shares.
 v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::VerifySpec& spec);
+
+// Checkpoint-cadence drills: the fixed job's expected goodput, from what its
+// costs measured. A checkpoint write of write_ms every `every` steps of
+// step_ms each (a run's median step: the steps without a write), hosts that
+// fail every mtbf_s on average, each failure losing half an interval and its
+// write: goodput = interval/(interval + write) - (interval + write)/2/mtbf.
+// The best is taken at Young's interval sqrt(2 x write x mtbf), within a
+// hair of the true optimum. No checkpoints (every 0) lose everything at a
+// failure.
+struct CadenceInputs {
+  int64_t every = 0;
+  double step_ms = 0;
+  double write_ms = 0;  // a write as the drill's job measured them (its slowest rank's median)
+  int writes = 0;       // how many were measured, over every rank
+};
+struct CadenceVerdict {
+  bool passed = false;
+  double goodput = 0, best = 0, min = 0;
+  int64_t best_every = 0;  // Young's interval in steps
+  std::string detail;
+};
+CadenceVerdict JudgeCadence(const CadenceInputs& in, const v1::VerifySpec& spec);
 
 // Whether the pairs measured so far decide Verify over `planned` pairs,
 // whatever the rest would measure. With an odd number planned each

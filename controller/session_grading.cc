@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/stats.h"
 #include "controller/scorer.h"
 #include "controller/session_manager.h"
 
@@ -130,7 +131,32 @@ v1::Verification SessionManager::VerifyFix(Session& s, Lock& lock) {
   std::vector<MeasuredPair> pairs;
   v1::Verification params;  // params_checked / params_match, once measured
   std::string params_detail;
+  // Checkpoint-cadence drills: the fixed cadence's expected goodput, its
+  // writes as long as the drill's job measured them (the same model and
+  // optimiser state, the same storage), its steps as the fixed windows.
+  auto with_cadence = [&](v1::Verification v) {
+    if (spec.mtbf_s() <= 0 || pairs.empty()) return v;
+    CadenceInputs in;
+    in.every = s.rec.job().checkpoint().every();
+    std::vector<double> steps;
+    for (const auto& p : pairs) steps.push_back(p.fixed.median_step_ms);
+    in.step_ms = Median(steps);
+    // The job waits for its slowest writer (rank 0 writes the manifest too):
+    // the longest of the ranks' median writes.
+    for (const auto& [rank, writes] : s.main_checkpoint_ms) {
+      in.writes += static_cast<int>(writes.size());
+      in.write_ms = std::max(in.write_ms, Median(writes));
+    }
+    const CadenceVerdict c = JudgeCadence(in, spec);
+    v.set_goodput(c.goodput);
+    v.set_goodput_best(c.best);
+    v.set_goodput_min(c.min);
+    if (!c.passed) v.set_passed(false);
+    v.set_detail(v.detail() + "; " + c.detail);
+    return v;
+  };
   auto with_params = [&](v1::Verification v) {
+    v = with_cadence(v);
     if (!params.params_checked()) return v;
     v.set_params_checked(true);
     v.set_params_match(params.params_match());

@@ -1,5 +1,6 @@
 #include "faults/registry.h"
 
+#include "faults/checkpoint_cadence.h"
 #include "faults/collective_desync.h"
 #include "faults/comm_misconfig.h"
 #include "faults/corrupt_checkpoint.h"
@@ -46,6 +47,8 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
        nullptr, ApplyDeviceMemory},
       {"resume_without_state", Scope::kRank, ValidateResumeWithoutState,
        nullptr, ApplyResumeWithoutState},
+      {"checkpoint_cadence", Scope::kRank, ValidateCheckpointCadence,
+       nullptr, ApplyCheckpointCadence},
       {"comm_misconfig", Scope::kHost, ValidateCommMisconfig,
        [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
          return std::make_unique<CommMisconfig>(id, f.comm_misconfig().socket_ifname());
@@ -116,6 +119,7 @@ const std::vector<CauseInfo>& CauseTaxonomy() {
       {"grad-accumulation-bug", "numerics", "gradient accumulation is wrong: unscaled gradients or an all-reduce on every micro-step"},
       {"corrupt-checkpoint", "state", "a checkpoint shard is damaged, truncated or missing"},
       {"resume-without-state", "state", "a resume restored the weights but not the optimiser, RNG or data state"},
+      {"checkpoint-cadence", "state", "checkpoints come far too often for what one costs, or far too rarely for how often hosts fail"},
       {"padding-waste", "input pipeline", "most of each batch is padding: compute spent on tokens that are not data"},
       {"out-of-memory", "memory", "the job needs more device memory than the device has"},
       {"collective-timeout", "communication", "the collective timeout is wrong for the job (far too short or far too long)"},

@@ -379,6 +379,23 @@ Check CheckScenario(const v1::Scenario& s) {
       return Fail(p + ".kind", "resume_without_state needs a rank_crash fault in the scenario: without a restart "
                                "nothing resumes and the fault never shows");
   }
+  // A cadence is right or wrong for what a checkpoint costs and how often
+  // hosts fail: verification needs the failure rate (the briefing's) to
+  // judge the goodput, and the healthy job must checkpoint, at another
+  // cadence than the fault's.
+  for (int i = 0; i < s.faults_size(); ++i) {
+    const v1::FaultSpec& f = s.faults(i);
+    if (f.kind() != "checkpoint_cadence") continue;
+    const std::string p = Indexed("faults", i);
+    if (s.verify().mtbf_s() <= 0)
+      return Fail(p + ".kind", "checkpoint_cadence needs verify.mtbf_s (the hosts' mean time between failures the "
+                               "briefing states): verification judges the fixed cadence's goodput with it");
+    if (s.job().checkpoint().every() <= 0)
+      return Fail(p + ".kind", "checkpoint_cadence needs job.checkpoint.every > 0: the healthy job checkpoints too");
+    if (f.checkpoint_cadence().every() == s.job().checkpoint().every())
+      return Fail(p + ".params.every", "is the healthy job's own checkpoint.every (" +
+                                           std::to_string(s.job().checkpoint().every()) + "): the fault changes nothing");
+  }
   // A damaged checkpoint shows only when a restart reads it, and there must
   // be a good one left to go back to.
   for (int i = 0; i < s.faults_size(); ++i) {
@@ -438,6 +455,15 @@ Check CheckScenario(const v1::Scenario& s) {
   if (v.has_skipped_steps_max() && !(v.skipped_steps_max() >= 0 && v.skipped_steps_max() <= 1))
     return Fail("verify.skipped_steps_max",
                 Str("must be in [0, 1] (a share of the window's optimiser steps), got ", v.skipped_steps_max()));
+  if (v.mtbf_s() < 0 || v.mtbf_s() > 1e7)
+    return Fail("verify.mtbf_s", Str("must be 0 (off) or a time between failures in seconds (at most 1e7), got ",
+                                     v.mtbf_s()));
+  if (v.mtbf_s() > 0 && !(v.goodput_vs_best_min() > 0 && v.goodput_vs_best_min() <= 1))
+    return Fail("verify.goodput_vs_best_min",
+                Str("must be in (0, 1] with verify.mtbf_s (the fixed cadence's goodput over the best cadence's), got ",
+                    v.goodput_vs_best_min()));
+  if (v.mtbf_s() > 0 && s.job().checkpoint().every() <= 0)
+    return Fail("verify.mtbf_s", "judges a checkpoint cadence, and the job has none (job.checkpoint.every is 0)");
   const v1::Rubric& b = s.rubric();
   FD_CHECK(AtLeast("rubric.cause", b.cause(), 0));
   FD_CHECK(AtLeast("rubric.culprit", b.culprit(), 0));

@@ -65,6 +65,7 @@ const std::vector<Case> kCases = {
     {"power-cut", 103, {"corrupt-checkpoint"}},
     {"night-restart", 107, {"resume-without-state"}},
     {"data-audit", 109, {"resume-without-state"}},
+    {"after-the-outage", 111, {"checkpoint-cadence"}},
     // Memory.
     {"mig-slices", 105, {"out-of-memory"}},
 };

@@ -282,6 +282,57 @@ TEST(Autopilot, ABusySpreadThatExplainsNoneOfTheSlowdownIsNoStraggler) {
   EXPECT_EQ(s.ranks, std::vector<int>{2});
 }
 
+TEST(Autopilot, CheckpointWritesThatEatTheStepAreTheCadenceAndYoungSaysHowOften) {
+  auto st = Job(0.2, 4, 8, 2);  // 14.7 ms a step
+  st.mutable_baseline()->set_median_step_ms(14.7);
+  st.mutable_job()->mutable_checkpoint()->set_every(10);
+  st.mutable_session()->set_briefing("one of its hosts goes down every 10 minutes (MTBF 600 s) and it restarts");
+  for (auto& r : *st.mutable_ranks()) {
+    r.set_checkpoint_ms(8);  // an 80 ms write every 10 steps
+    r.set_step_ms(r.step_ms() + 8);
+  }
+  const auto f = Reason(st);
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.cause, "checkpoint-cadence") << f.evidence;
+  ASSERT_EQ(f.fix.settings_size(), 1);
+  EXPECT_EQ(f.fix.settings(0).key(), "checkpoint.every");
+  EXPECT_EQ(f.fix.settings(0).value(), std::to_string(std::llround(std::sqrt(2 * 0.08 * 600) * 1000 / 14.7)));
+  EXPECT_NE(f.evidence.find("Young"), std::string::npos) << f.evidence;
+  // As after-the-outage showed it: rank 0 writes the manifest too (130 ms a
+  // write, the others 50) and its peers wait for it in the next all-reduce,
+  // so its busy time stands out. The writes explain the slowdown; no
+  // straggler.
+  auto seen = Job(0.3, 2.8, 5.7, 21.6);
+  seen.mutable_baseline()->set_median_step_ms(36.8);
+  seen.mutable_job()->mutable_checkpoint()->set_every(5);
+  seen.mutable_session()->set_briefing("(MTBF 600 s)");
+  const double ckpt[4] = {25.9, 11.1, 10.1, 10.9}, comm[4] = {21.6, 32.7, 35.8, 34.7};
+  for (int r = 0; r < 4; ++r) {
+    seen.mutable_ranks(r)->set_checkpoint_ms(ckpt[r]);
+    seen.mutable_ranks(r)->set_comm_ms(comm[r]);
+    seen.mutable_ranks(r)->set_step_ms(63.2);
+  }
+  const auto g = Reason(seen);
+  ASSERT_TRUE(g.found);
+  EXPECT_EQ(g.cause, "checkpoint-cadence") << g.evidence;
+  EXPECT_EQ(g.fix.settings(0).value(), std::to_string(std::llround(std::sqrt(2 * 0.1295 * 600) * 1000 / 36.8)));
+  // Writes that cost little are how a job checkpoints, not a fault.
+  for (auto& r : *st.mutable_ranks()) {
+    r.set_checkpoint_ms(0.5);
+    r.set_step_ms(15.2);
+  }
+  EXPECT_FALSE(Reason(st).found) << Reason(st).evidence;
+}
+
+TEST(Autopilot, TheBriefingsMtbfInSecondsMinutesOrHours) {
+  EXPECT_DOUBLE_EQ(BriefedMtbfS("hosts fail (MTBF 600 s) here"), 600);
+  EXPECT_DOUBLE_EQ(BriefedMtbfS("MTBF: 10 min"), 600);
+  EXPECT_DOUBLE_EQ(BriefedMtbfS("an MTBF of 2.5 hours"), 9000);
+  EXPECT_DOUBLE_EQ(BriefedMtbfS("MTBF 600 furlongs"), 0);
+  EXPECT_DOUBLE_EQ(BriefedMtbfS("no failure rate"), 0);
+  EXPECT_DOUBLE_EQ(BriefedMtbfS("MTBF"), 0);
+}
+
 TEST(Autopilot, EveryoneWaitingInCommWithTinyBucketsIsSmallBuckets) {
   auto st = Job(0.2, 2.5, 6, 100);
   // 25 MB buckets: the collectives themselves are slow, and only probes can

@@ -589,3 +589,77 @@ TEST(HistoryTest, ARowCarriesTheTrainingSignals) {
 
 }  // namespace
 }  // namespace firedrill::controller
+
+namespace firedrill::controller {
+namespace {
+
+TEST(MeasureWindowTest, ByTheClockEveryStepCountsWhereTheMedianLeavesAStallOut) {
+  // Four ranks, steps 0..19 of 10 ms, every fifth one 110 ms (a checkpoint
+  // write): the median step says 10 ms, the clock 30 ms a step.
+  std::vector<std::vector<v1::StepReport>> per_rank(4);
+  for (int r = 0; r < 4; ++r)
+    for (int s = 0; s < 20; ++s) per_rank[r].push_back(Step(r, s, s % 5 == 4 ? 110 : 10, 1));
+  const WindowStats w = MeasureWindow(per_rank, 0, 20, 256);
+  EXPECT_DOUBLE_EQ(w.throughput_samples_per_s, 256.0 * 1000 / 10);
+  EXPECT_DOUBLE_EQ(w.clock_samples_per_s, 256.0 * 1000 * 20 / (16 * 10 + 4 * 110));
+  // The slowest rank's window sets it.
+  per_rank[2][0].set_step_ms(610);
+  EXPECT_DOUBLE_EQ(MeasureWindow(per_rank, 0, 20, 256).clock_samples_per_s, 256.0 * 1000 * 20 / 1200);
+}
+
+v1::VerifySpec CadenceSpec() {
+  v1::VerifySpec spec;
+  spec.set_mtbf_s(600);
+  spec.set_goodput_vs_best_min(0.98);
+  return spec;
+}
+
+TEST(JudgeCadenceTest, WritesTooOftenOrTooRarelyFailAndYoungsIntervalPasses) {
+  CadenceInputs in;
+  in.step_ms = 15;
+  in.write_ms = 80;
+  in.writes = 200;
+  // Young: sqrt(2 x 0.08 s x 600 s) = 9.80 s = 653 steps; there the job
+  // keeps 9.80/9.88 - 9.88/1200 = 98.37% of its time.
+  in.every = 10;  // a write of 80 ms every 150 ms of training
+  CadenceVerdict v = JudgeCadence(in, CadenceSpec());
+  EXPECT_FALSE(v.passed);
+  EXPECT_NEAR(v.goodput, 0.15 / 0.23 - 0.23 / 1200, 1e-9);
+  const double young = std::sqrt(2 * 0.08 * 600);
+  EXPECT_NEAR(v.best, young / (young + 0.08) - (young + 0.08) / 1200, 1e-12);
+  EXPECT_NEAR(v.best, 0.9837, 1e-4);
+  EXPECT_EQ(v.best_every, 653);
+  EXPECT_NE(v.detail.find("about every 653 steps"), std::string::npos) << v.detail;
+  EXPECT_NE(v.detail.find("FAIL"), std::string::npos) << v.detail;
+  in.every = 653;
+  v = JudgeCadence(in, CadenceSpec());
+  EXPECT_TRUE(v.passed) << v.detail;
+  EXPECT_NEAR(v.goodput, v.best, 1e-4);
+  // The curve is flat near the best: a third or three times it is fine...
+  for (int every : {220, 1950}) {
+    in.every = every;
+    EXPECT_TRUE(JudgeCadence(in, CadenceSpec()).passed) << every << ": " << JudgeCadence(in, CadenceSpec()).detail;
+  }
+  // ...a write every 100 steps (5% of the time) or every 10000 (150 s,
+  // half of which a failure every 600 s loses: 12.5%) is not.
+  for (int every : {100, 10000}) {
+    in.every = every;
+    EXPECT_FALSE(JudgeCadence(in, CadenceSpec()).passed) << every << ": " << JudgeCadence(in, CadenceSpec()).detail;
+  }
+  in.every = 0;
+  v = JudgeCadence(in, CadenceSpec());
+  EXPECT_FALSE(v.passed);
+  EXPECT_NE(v.detail.find("no checkpoints"), std::string::npos) << v.detail;
+}
+
+TEST(JudgeCadenceTest, NoMeasuredWriteIsNoVerdictToPass) {
+  CadenceInputs in;
+  in.step_ms = 15;
+  in.every = 650;
+  CadenceVerdict v = JudgeCadence(in, CadenceSpec());
+  EXPECT_FALSE(v.passed);
+  EXPECT_NE(v.detail.find("no checkpoint write of this job was measured"), std::string::npos) << v.detail;
+}
+
+}  // namespace
+}  // namespace firedrill::controller

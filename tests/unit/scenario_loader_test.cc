@@ -175,11 +175,11 @@ TEST(ScenarioLoader, FaultWindowsAndFlapping) {
 TEST(ScenarioLoader, UnknownFaultKindListsKnownKinds) {
   EXPECT_EQ(ErrorOf(With("kind: straggler", "kind: gremlin")),
             "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, dataloader_starvation, padding_waste, "
-            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, resume_without_state, comm_misconfig, silent_divergence, corrupt_checkpoint, rank_crash, slow_link");
+            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, resume_without_state, checkpoint_cadence, comm_misconfig, silent_divergence, corrupt_checkpoint, rank_crash, slow_link");
   std::string no_params = With("    params: {slowdown: 2.0}\n", "");
   EXPECT_EQ(ErrorOf(no_params.replace(no_params.find("kind: straggler"), 15, "kind: gremlin")),
             "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, dataloader_starvation, padding_waste, "
-            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, resume_without_state, comm_misconfig, silent_divergence, corrupt_checkpoint, rank_crash, slow_link");
+            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, resume_without_state, checkpoint_cadence, comm_misconfig, silent_divergence, corrupt_checkpoint, rank_crash, slow_link");
 }
 
 // kGood as a silent-divergence drill: `verify` and `checkpoint` as given.
@@ -522,6 +522,25 @@ TEST(ScenarioLoader, AResumeWithoutStateNeedsARestartAndACheckpointFromBeforeIt)
             std::string::npos);
   EXPECT_NE(msg(Replaced(good, "resume_from: latest}", "resume_from: latest, restore: optim}"))
                 .find("job.checkpoint.restore: \"optim\" leaves out model"),
+            std::string::npos);
+}
+
+TEST(ScenarioLoader, ACheckpointCadenceNeedsAFailureRateAndAHealthyCadenceOfItsOwn) {
+  const std::string good = ShippedText("after-the-outage");
+  auto ok = ParseScenario(good, "after-the-outage.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  auto msg = [](const std::string& text) {
+    auto s = ParseScenario(text, "t.yaml");
+    return s.ok() ? std::string("loaded") : s.status().message();
+  };
+  EXPECT_NE(msg(Replaced(good, "  mtbf_s: 600\n", "")).find("checkpoint_cadence needs verify.mtbf_s"), std::string::npos);
+  EXPECT_NE(msg(Replaced(good, "params: {every: 5}", "params: {every: 600}")).find("the fault changes nothing"),
+            std::string::npos);
+  EXPECT_NE(msg(Replaced(good, "params: {every: 5}", "params: {every: 0}")).find("params.every is 0"),
+            std::string::npos);
+  EXPECT_NE(msg(Replaced(good, "goodput_vs_best_min: 0.98", "goodput_vs_best_min: 1.5")).find("must be in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(msg(Replaced(good, "checkpoint: {every: 600, keep: 2}", "checkpoint: {every: 0}")).find("job.checkpoint.every"),
             std::string::npos);
 }
 
