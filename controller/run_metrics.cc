@@ -323,7 +323,7 @@ CadenceVerdict JudgeCadence(const CadenceInputs& in, const v1::VerifySpec& spec)
   v.min = spec.goodput_vs_best_min();
   char buf[768];
   if (in.writes == 0 || in.write_ms <= 0 || in.step_ms <= 0) {
-    v.detail = "goodput: no checkpoint write of this job was measured, so its cost is unknown FAIL";
+    v.detail = "goodput: no checkpoint write of this job could be measured, so its cost is unknown FAIL";
     return v;
   }
   const double write_s = in.write_ms / 1000, step_s = in.step_ms / 1000;
@@ -350,8 +350,8 @@ CadenceVerdict JudgeCadence(const CadenceInputs& in, const v1::VerifySpec& spec)
   v.goodput = goodput(interval_s);
   v.passed = v.best > 0 && v.goodput >= v.min * v.best;
   std::snprintf(buf, sizeof(buf),
-                "goodput %.1f%%: a checkpoint every %lld steps of %.1f ms = %.2f s, a write of %.0f ms (the slowest "
-                "rank's median; %d writes measured) takes %.1f%% of the time, and a failure every %.0f s loses half an "
+                "goodput %.1f%%: a checkpoint every %lld steps of %.1f ms = %.2f s, a write of %.0f ms (measured now: the slowest "
+                "rank's median of %d writes) takes %.1f%% of the time, and a failure every %.0f s loses half an "
                 "interval, %.1f%%; ",
                 100 * v.goodput, static_cast<long long>(in.every), in.step_ms, interval_s, in.write_ms, in.writes,
                 100 * write_share, mtbf, 100 * lost_share);

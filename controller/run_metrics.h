@@ -134,7 +134,7 @@ v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::Verify
 struct CadenceInputs {
   int64_t every = 0;
   double step_ms = 0;
-  double write_ms = 0;  // a write as the drill's job measured them (its slowest rank's median)
+  double write_ms = 0;  // a write as verification measured them (its slowest rank's median)
   int writes = 0;       // how many were measured, over every rank
 };
 struct CadenceVerdict {

@@ -167,9 +167,6 @@ class SessionManager : public AgentListener {
     int main_restarts = 0;    // elastic restarts of the drill's run so far
     int64_t main_newest_step = -1;  // the newest step the drill's run reached, across its restarts
     int64_t newest_valid_seen = -1;  // the newest checkpoint that verified when the job first failed
-    // What the drill's job measured its checkpoint writes at, by rank (ms;
-    // the newest few thousand): what a cadence costs (JudgeCadence).
-    std::map<int, std::vector<double>> main_checkpoint_ms;
     bool main_down = false;   // its restarts are spent: it stays failed
     std::deque<v1::SessionEvent> events;
     // The baseline's and the main run's histories (by run name), kept when

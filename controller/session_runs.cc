@@ -342,11 +342,6 @@ void SessionManager::OnSteps(const std::string& agent_id, const v1::StepBatch& b
     if (r.steps.size() >= 2 * opts_.steps_kept) r.steps.erase(r.steps.begin(), r.steps.end() - opts_.steps_kept);
     r.last_step_at = std::chrono::steady_clock::now();
     if (s->run->kind == RunKind::kMain) s->main_newest_step = std::max(s->main_newest_step, step.step());
-    if (s->run->kind == RunKind::kMain && step.checkpoint_ms() > 0) {
-      auto& w = s->main_checkpoint_ms[step.rank()];
-      w.push_back(step.checkpoint_ms());
-      if (w.size() >= 4096) w.erase(w.begin(), w.begin() + 2048);
-    }
     if (s->run->kind == RunKind::kMain && s->rec.fault_onset_unix_ms() == 0)
       s->rec.set_fault_onset_unix_ms(FaultOnsetUnixMs(s->rec.faults(), step));
   }

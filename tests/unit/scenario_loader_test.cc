@@ -502,14 +502,16 @@ std::string Replaced(std::string text, const std::string& from, const std::strin
   return text;
 }
 
+// What loading `text` says: "loaded", or its error.
+std::string msg(const std::string& text) {
+  auto s = ParseScenario(text, "t.yaml");
+  return s.ok() ? std::string("loaded") : s.status().message();
+}
+
 TEST(ScenarioLoader, AResumeWithoutStateNeedsARestartAndACheckpointFromBeforeIt) {
   const std::string good = ShippedText("night-restart");
   auto ok = ParseScenario(good, "night-restart.yaml");
   ASSERT_TRUE(ok.ok()) << ok.status().message();
-  auto msg = [](const std::string& text) {
-    auto s = ParseScenario(text, "t.yaml");
-    return s.ok() ? std::string("loaded") : s.status().message();
-  };
   const std::string crash = "  - kind: rank_crash\n    target: {host_of_rank: {draw: [0, 3]}}\n"
                             "    trigger: {step: {draw: [620, 940]}}\n    params: {event: kernel_panic}\n";
   EXPECT_NE(msg(Replaced(good, crash, "")).find("needs a rank_crash fault"), std::string::npos);
@@ -529,10 +531,6 @@ TEST(ScenarioLoader, ACheckpointCadenceNeedsAFailureRateAndAHealthyCadenceOfItsO
   const std::string good = ShippedText("after-the-outage");
   auto ok = ParseScenario(good, "after-the-outage.yaml");
   ASSERT_TRUE(ok.ok()) << ok.status().message();
-  auto msg = [](const std::string& text) {
-    auto s = ParseScenario(text, "t.yaml");
-    return s.ok() ? std::string("loaded") : s.status().message();
-  };
   EXPECT_NE(msg(Replaced(good, "  mtbf_s: 600\n", "")).find("checkpoint_cadence needs verify.mtbf_s"), std::string::npos);
   EXPECT_NE(msg(Replaced(good, "params: {every: 5}", "params: {every: 600}")).find("the fault changes nothing"),
             std::string::npos);
