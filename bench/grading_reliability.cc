@@ -94,6 +94,11 @@ v1::ApplyFixRequest AcceptedFix(const v1::Scenario& sc, const std::vector<v1::Re
     if (a.has_replace_host()) {
       auto r = faults::ResolveRankRef(a.replace_host(), faults);
       if (r.ok()) f.add_replace_host_ranks(*r);
+    } else if (a.has_set() && a.set().any_value() && a.set().key() == "checkpoint.every") {
+      // A cadence verification judges: the job's own before the drill.
+      auto* s = f.add_settings();
+      s->set_key(a.set().key());
+      s->set_value(std::to_string(sc.job().checkpoint().every()));
     } else if (a.has_set() && a.set().any_value()) {
       continue;  // the session's own value (a checkpoint): set by the caller
     } else if (a.has_set()) {

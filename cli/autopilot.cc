@@ -310,25 +310,33 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     out.push_back(f);
   }
 
-  // 3b. Checkpoint writes account for most of how much longer the step got
-  // than the baseline's: the cadence against what a write costs (the CKPT
-  // column is the writes spread over the window; the job waits for its
-  // slowest writer, the others then in the next all-reduce) and how often
-  // hosts fail (the briefing's MTBF): Young's interval, sqrt(2 x write x
-  // MTBF), in the baseline's steps (a cadence does not change a step).
+  // 3b. Checkpoint writes take a fifth of the job's time or more: the
+  // cadence against what a write costs and how often hosts fail (the
+  // briefing's MTBF): Young's interval, sqrt(2 x write x MTBF), in the
+  // baseline's steps (a cadence does not change a step). The CKPT column is
+  // the writes spread over the window: a write is it times the steps
+  // between writes, or the window's where writes are rarer (a window holds
+  // one or none then: none says nothing). The job waits for its slowest
+  // writer, the others then in the next all-reduce. A job that checkpoints
+  // every 50 steps shows a write in some windows and is fine.
   const int every = job.checkpoint().every();
-  double ckpt_max = 0;
-  for (const auto* r : live) ckpt_max = std::max(ckpt_max, r->checkpoint_ms());
-  if (every > 0 && base_step > 0 && med_step >= 1.2 * base_step && ckpt_max >= 0.5 * (med_step - base_step)) {
+  double ckpt_max = 0, w = 0;
+  for (const auto* r : live) {
+    if (r->checkpoint_ms() <= ckpt_max) continue;
+    ckpt_max = r->checkpoint_ms();
+    w = ckpt_max * std::min(every, std::max(1, r->window_steps()));
+  }
+  const double write_share = every > 0 && base_step > 0 ? w / (every * base_step + w) : 0;
+  if (write_share >= 0.2 && med_step >= 1.2 * base_step && ckpt_max >= 0.5 * (med_step - base_step)) {
     f = AutopilotFinding{};
     f.found = true;
     f.cause = "checkpoint-cadence";
-    const double w = ckpt_max * every, step = base_step;
+    const double step = base_step;
     const double mtbf = BriefedMtbfS(st.session().briefing());
     // Without a failure rate to weigh it against: writes at 2% of the time.
     const double interval_s = mtbf > 0 ? std::sqrt(2 * (w / 1000) * mtbf) : (w / 1000) / 0.02;
     const int64_t best = std::max<int64_t>(1, std::llround(interval_s * 1000 / step));
-    f.evidence = context + "checkpoint writes take up to " + Pct(ckpt_max / med_step) + " of a rank's step: one every " +
+    f.evidence = context + "checkpoint writes take " + Pct(write_share) + " of the job's time: one every " +
                  std::to_string(every) + " steps, each about " + Num(w, 0) + " ms on the slowest writer, against " +
                  Num(step, 1) + " ms a step without one (the baseline's). " +
                  (mtbf > 0 ? "With a host failure every " + Num(mtbf, 0) + " s (the briefing), Young's interval "

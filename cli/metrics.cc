@@ -18,6 +18,7 @@ struct SeriesInfo {
   const char* name;
   const char* title;
   bool per_rank;  // a mean over ranks (else rank 0's: the job's one value)
+  bool slowest = false;  // per_rank: the largest over ranks instead of the mean
 };
 
 const std::vector<SeriesInfo>& Infos() {
@@ -31,7 +32,8 @@ const std::vector<SeriesInfo>& Infos() {
       {"step_ms", "step time, ms (mean over ranks)", true},
       {"global_batch", "global batch (samples per optimiser step)", false},
       {"samples", "samples consumed so far (the data loaders' position, over every rank)", false},
-      {"ckpt_ms", "checkpoint written after the step, ms (0: none; mean over ranks)", true},
+      {"ckpt_ms", "checkpoint written after the step, ms (0: none; the slowest rank's, which the job waits for)", true,
+       true},
   };
   return infos;
 }
@@ -130,8 +132,8 @@ double SeriesValue(const v1::MetricsRow& row, const std::string& series, bool to
 
 SeriesPoints JobSeries(const v1::MetricsResponse& m, const std::string& series) {
   const bool tokens = CountsTokens(m);
-  const bool per_rank = InfoOf(series).per_rank;
-  // step -> (sum, count, any non-finite)
+  const bool per_rank = InfoOf(series).per_rank, slowest = InfoOf(series).slowest;
+  // step -> (sum, count, any non-finite); the largest, count 1, where slowest
   std::map<int64_t, std::pair<double, int>> acc;
   std::map<int64_t, bool> bad;
   for (const auto& r : m.ranks()) {
@@ -139,7 +141,10 @@ SeriesPoints JobSeries(const v1::MetricsResponse& m, const std::string& series) 
     for (const auto& row : r.rows()) {
       const double v = SeriesValue(row, series, tokens);
       auto& a = acc[row.step()];
-      if (std::isfinite(v)) {
+      if (std::isfinite(v) && slowest) {
+        a.first = a.second > 0 ? std::max(a.first, v) : v;
+        a.second = 1;
+      } else if (std::isfinite(v)) {
         a.first += v;
         a.second += 1;
       } else {

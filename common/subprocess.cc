@@ -46,8 +46,18 @@ StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, const R
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   std::vector<std::string> env_store;
+  // What the caller sets replaces what this process has (getenv takes the
+  // first of a name).
+  auto overridden = [&](const char* e) {
+    for (const auto& mine : limits.env) {
+      const size_t eq = mine.find('=');
+      if (eq != std::string::npos && std::strncmp(e, mine.c_str(), eq + 1) == 0) return true;
+    }
+    return false;
+  };
   for (char** e = environ; e && *e; ++e)
-    if (std::strncmp(*e, "LC_ALL=", 7) != 0 && std::strncmp(*e, "LANG=", 5) != 0) env_store.emplace_back(*e);
+    if (std::strncmp(*e, "LC_ALL=", 7) != 0 && std::strncmp(*e, "LANG=", 5) != 0 && !overridden(*e))
+      env_store.emplace_back(*e);
   env_store.emplace_back("LC_ALL=C");
   for (const auto& e : limits.env) env_store.push_back(e);
   std::vector<char*> envp;
@@ -85,7 +95,11 @@ StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, const R
       // clock and the caller between reads.
       pollfd p{fds[0], POLLIN, 0};
       const int ready = poll(&p, 1, 100);
-      if (ready < 0 && errno != EINTR) break;
+      if (ready < 0 && errno != EINTR) {
+        kill(-pid, SIGKILL);  // not waited for blind
+        killed = true;
+        continue;
+      }
       r.timed_out = limits.limit.count() > 0 && std::chrono::steady_clock::now() >= deadline;
       r.cancelled = !r.timed_out && limits.cancelled && limits.cancelled();
       if (r.timed_out || r.cancelled) {

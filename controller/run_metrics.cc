@@ -100,7 +100,9 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
   if (per_rank.empty() || count <= 0) return out;
   const int64_t last = first_step + count - 1;
   std::vector<double> rank_step_ms, rank_busy_ms, step_ms_all;
-  double slowest_sum_ms = 0;  // the rank whose window took longest, end to end
+  // Steps per ms of the slowest rank over its window, end to end (a rank
+  // that reported fewer steps is rated on its own).
+  double slowest_rate = std::numeric_limits<double>::infinity();
   double data = 0, compute = 0, comm = 0, pad = 0, tokens = 0, loss = 0;
   int64_t n = 0, skipped = 0;
   int64_t measured = count;
@@ -123,7 +125,7 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
     measured = std::min(measured, static_cast<int64_t>(step_ms.size()));
     double sum = 0;
     for (double ms : step_ms) sum += ms;
-    slowest_sum_ms = std::max(slowest_sum_ms, sum);
+    if (sum > 0) slowest_rate = std::min(slowest_rate, static_cast<double>(step_ms.size()) / sum);
     if (!step_ms.empty()) {
       rank_step_ms.push_back(Median(step_ms));
       rank_busy_ms.push_back(Percentile(busy, kBusyQuantile));
@@ -134,7 +136,7 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
   if (measured == 0 || rank_step_ms.empty()) return out;
   const double job_step_ms = *std::max_element(rank_step_ms.begin(), rank_step_ms.end());
   out.throughput_samples_per_s = job_step_ms > 0 ? global_batch * 1000.0 / job_step_ms : 0;
-  out.clock_samples_per_s = slowest_sum_ms > 0 ? global_batch * 1000.0 * static_cast<double>(measured) / slowest_sum_ms : 0;
+  out.clock_samples_per_s = std::isfinite(slowest_rate) ? global_batch * 1000.0 * slowest_rate : 0;
   out.tokens_per_s = tokens;
   out.median_step_ms = Median(step_ms_all);
   const double med_busy = Median(rank_busy_ms);
@@ -351,7 +353,7 @@ CadenceVerdict JudgeCadence(const CadenceInputs& in, const v1::VerifySpec& spec)
   v.passed = v.best > 0 && v.goodput >= v.min * v.best;
   std::snprintf(buf, sizeof(buf),
                 "goodput %.1f%%: a checkpoint every %lld steps of %.1f ms = %.2f s, a write of %.0f ms (measured now: the slowest "
-                "rank's median of %d writes) takes %.1f%% of the time, and a failure every %.0f s loses half an "
+                "rank's median; %d writes over the ranks) takes %.1f%% of the time, and a failure every %.0f s loses half an "
                 "interval, %.1f%%; ",
                 100 * v.goodput, static_cast<long long>(in.every), in.step_ms, interval_s, in.write_ms, in.writes,
                 100 * write_share, mtbf, 100 * lost_share);

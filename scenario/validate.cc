@@ -464,6 +464,10 @@ Check CheckScenario(const v1::Scenario& s) {
                     v.goodput_vs_best_min()));
   if (v.mtbf_s() > 0 && s.job().checkpoint().every() <= 0)
     return Fail("verify.mtbf_s", "judges a checkpoint cadence, and the job has none (job.checkpoint.every is 0)");
+  if (v.mtbf_s() > 0 &&
+      std::none_of(s.faults().begin(), s.faults().end(), [](const v1::FaultSpec& f) { return f.kind() == "checkpoint_cadence"; }))
+    return Fail("verify.mtbf_s", "judges a checkpoint cadence, and no fault is one (checkpoint_cadence): every "
+                                 "learner's fix of another drill would be held to it");
   const v1::Rubric& b = s.rubric();
   FD_CHECK(AtLeast("rubric.cause", b.cause(), 0));
   FD_CHECK(AtLeast("rubric.culprit", b.culprit(), 0));

@@ -504,5 +504,53 @@ TEST(FaultSignature, ACorruptCheckpointFailsTheRestartOfItsRankAtLoad) {
   std::filesystem::remove_all(base);
 }
 
+// checkpoint_cadence: the deploy's cadence, and each write the trainer's
+// own synchronous save, inside the step it follows: those steps are longer
+// by about the write (what `status` by the clock counts and the median step
+// leaves out), the others are as the healthy job's.
+TEST(FaultSignature, ACheckpointEveryFewStepsIsAWriteInsideEveryFourthStep) {
+  const std::string base = (std::filesystem::temp_directory_path() /
+                            ("fd-cadence-" + std::to_string(::getpid()))).string();
+  v1::JobSpec job = SmallJob(2);
+  job.set_steps(40);
+  // Big enough that a write (5 MB a shard, fsync'd) stands well above a
+  // step's jitter.
+  job.mutable_model()->set_input_dim(256);
+  job.mutable_model()->set_hidden(512);
+  job.mutable_model()->set_layers(3);
+  job.mutable_checkpoint()->set_every(1000);  // the healthy cadence: no write in 40 steps
+  job.mutable_checkpoint()->set_keep(2);
+  job.mutable_checkpoint()->set_dir(base + "/healthy");
+  const auto healthy = RunJob(job, {});
+  ExpectAllOk(healthy);
+  for (const auto& r : healthy)
+    for (const auto& s : r.reports) EXPECT_EQ(s.checkpoint_ms(), 0) << "step " << s.step();
+
+  job.mutable_checkpoint()->set_dir(base + "/faulty");
+  v1::ResolvedFault f = Fault("checkpoint_cadence");
+  f.mutable_checkpoint_cadence()->set_every(4);
+  const auto faulty = RunFaulty(job, f);
+  ExpectAllOk(faulty);
+  for (const auto& r : faulty) {
+    std::vector<double> plain, extra, writes;
+    for (const auto& s : r.reports) {
+      const bool write = (s.step() + 1) % 4 == 0;
+      EXPECT_EQ(s.checkpoint_ms() > 0, write) << "rank " << s.rank() << " step " << s.step();
+      if (s.step() < 3) continue;
+      if (write) writes.push_back(s.checkpoint_ms());
+      else plain.push_back(s.step_ms());
+    }
+    for (const auto& s : r.reports)
+      if (s.step() >= 3 && s.checkpoint_ms() > 0) extra.push_back(s.step_ms() - Median(plain));
+    ASSERT_FALSE(writes.empty());
+    EXPECT_GE(Median(extra), 0.5 * Median(writes))
+        << "a step with a write is longer by about the write: " << Median(extra) << " ms against writes of "
+        << Median(writes) << " ms";
+  }
+  EXPECT_TRUE(std::filesystem::exists(base + "/faulty/step-40/manifest.json"));
+  EXPECT_FALSE(std::filesystem::exists(base + "/faulty/step-32")) << "keep 2: older ones pruned";
+  std::filesystem::remove_all(base);
+}
+
 }  // namespace
 }  // namespace firedrill::agent

@@ -316,6 +316,18 @@ TEST(Autopilot, CheckpointWritesThatEatTheStepAreTheCadenceAndYoungSaysHowOften)
   ASSERT_TRUE(g.found);
   EXPECT_EQ(g.cause, "checkpoint-cadence") << g.evidence;
   EXPECT_EQ(g.fix.settings(0).value(), std::to_string(std::llround(std::sqrt(2 * 0.1295 * 600) * 1000 / 36.8)));
+  // A job that checkpoints every 50 steps, a window that holds one of its
+  // writes (20 ms in 20 steps of 5): its steps are longer than the
+  // baseline's median by the write, which takes 7% of the job's time.
+  auto sane = Job(0.2, 1, 2, 1.3);
+  sane.mutable_baseline()->set_median_step_ms(5);
+  sane.mutable_job()->mutable_checkpoint()->set_every(50);
+  sane.mutable_session()->set_briefing("(MTBF 600 s)");
+  for (auto& r : *sane.mutable_ranks()) {
+    r.set_checkpoint_ms(1);
+    r.set_step_ms(6);
+  }
+  EXPECT_FALSE(Reason(sane).found) << Reason(sane).evidence;
   // Writes that cost little are how a job checkpoints, not a fault.
   for (auto& r : *st.mutable_ranks()) {
     r.set_checkpoint_ms(0.5);
