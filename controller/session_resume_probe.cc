@@ -120,22 +120,11 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunResumeProbe(Session& s, const 
   if (dir.empty() || job.checkpoint().every() <= 0)
     return FailedPrecondition("this job writes no checkpoints (checkpoint.every is 0 or it has no checkpoint.dir): "
                               "there is nothing to resume");
-  int64_t from = spec.from_step();
-  if (from == 0) {
-    auto newest = NewestValidStep(dir);
-    if (!newest.ok()) return newest.status();
-    if (*newest < 0) return FailedPrecondition("the job has no checkpoint that verifies yet; `firedrill ckpt list`");
-    from = *newest;
-  }
-  const std::string from_dir = CheckpointStepDir(dir, from);
-  std::error_code ec;
-  if (!fs::is_directory(from_dir, ec))
-    return NotFound("there is no checkpoint of step " + std::to_string(from) + " (" + from_dir +
-                    "); `firedrill ckpt list` shows those there are");
+  const bool chosen_by_us = spec.from_step() == 0;
   const int k = spec.resume_steps() > 0 ? spec.resume_steps() : kDefaultResumeSteps;
-  const int64_t saved_at = (from / k + 1) * k;  // the straight run's first checkpoint
-  const int64_t to = saved_at + k;
-
+  int64_t from = spec.from_step();
+  std::string from_dir, start;
+  std::error_code ec;
   fs::remove_all(scratch, ec);
   fs::create_directories(scratch, ec);
   if (ec) return Internal("cannot make " + scratch + ": " + ec.message());
@@ -189,20 +178,42 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunResumeProbe(Session& s, const 
     return Status::Ok();
   };
   // A copy to start from: the running job prunes its checkpoints as it
-  // writes new ones, the newest few within seconds.
-  const std::string start = CheckpointStepDir(scratch + "/from", from);
-  fs::create_directories(scratch + "/from", ec);
-  fs::copy(from_dir, start, fs::copy_options::recursive, ec);
-  if (ec)
-    return Unavailable("could not copy " + from_dir + " (" + ec.message() +
-                       "): the job may have pruned it meanwhile; name a checkpoint it keeps (`firedrill ckpt list`)");
-  // As a resume would check it (a step the job is still writing has no
-  // manifest yet).
-  auto v = RunCommand({opts_.ckpt_bin, "verify", start});
-  if (!v.ok()) return Internal("cannot run firedrill-ckpt (" + opts_.ckpt_bin + "): " + v.status().message());
-  if (v->exit_code != 0)
+  // writes new ones, the newest few within seconds, and storage may damage
+  // one at any time. The step the learner named is that step or nothing;
+  // "the newest that verifies" is chosen again when the one chosen stops
+  // verifying between the listing and the copy.
+  for (int attempt = 0;; ++attempt) {
+    const bool again = chosen_by_us && attempt < 2;
+    if (chosen_by_us) {
+      auto newest = NewestValidStep(dir);
+      if (!newest.ok()) return newest.status();
+      if (*newest < 0) return FailedPrecondition("the job has no checkpoint that verifies yet; `firedrill ckpt list`");
+      from = *newest;
+    }
+    from_dir = CheckpointStepDir(dir, from);
+    if (!fs::is_directory(from_dir, ec) && again) continue;
+    if (!fs::is_directory(from_dir, ec))
+      return NotFound("there is no checkpoint of step " + std::to_string(from) + " (" + from_dir +
+                      "); `firedrill ckpt list` shows those there are");
+    start = CheckpointStepDir(scratch + "/from", from);
+    fs::remove_all(scratch + "/from", ec);
+    fs::create_directories(scratch + "/from", ec);
+    fs::copy(from_dir, start, fs::copy_options::recursive, ec);
+    if (ec && again) continue;
+    if (ec)
+      return Unavailable("could not copy " + from_dir + " (" + ec.message() +
+                         "): the job may have pruned it meanwhile; name a checkpoint it keeps (`firedrill ckpt list`)");
+    // As a resume would check it (a step the job is still writing has no
+    // manifest yet).
+    auto v = RunCommand({opts_.ckpt_bin, "verify", start});
+    if (!v.ok()) return Internal("cannot run firedrill-ckpt (" + opts_.ckpt_bin + "): " + v.status().message());
+    if (v->exit_code == 0) break;
+    if (again) continue;
     return FailedPrecondition("the checkpoint of step " + std::to_string(from) + " does not verify: " +
                               v->output.substr(0, 300) + "; `firedrill ckpt list` shows the ones that do");
+  }
+  const int64_t saved_at = (from / k + 1) * k;  // the straight run's first checkpoint
+  const int64_t to = saved_at + k;
   std::string straight_out, resumed_out;
   FD_RETURN_IF_ERROR(run("straight", start, to - from, &straight_out));
   FD_RETURN_IF_ERROR(run("resumed", CheckpointStepDir(scratch + "/straight", saved_at), k, &resumed_out));
