@@ -681,23 +681,26 @@ Status PruneCheckpoints(const std::string& root, int keep, int keep_period) {
   return Status::Ok();
 }
 
-Status ExportConsolidated(const std::string& step_dir, const std::string& out_file) {
+Status ExportConsolidated(const std::string& step_dir, const std::string& out_file, StateDictFormat format) {
   // Rank 0's model tensors are all we export, but we still refuse a checkpoint
   // that `list` calls invalid: an export must never come from one we would
   // not resume from.
   FD_RETURN_IF_ERROR(VerifyCheckpoint(step_dir));
   auto shard = LoadShard(step_dir, 0);
   FD_RETURN_IF_ERROR(shard.status());
-  c10::Dict<std::string, at::Tensor> dict;
+  std::map<std::string, at::Tensor> model;
   const size_t n = std::strlen(kModelTensorPrefix);
   for (const auto& [name, t] : shard->tensors)
-    if (name.rfind(kModelTensorPrefix, 0) == 0) dict.insert(name.substr(n), t);
-  if (dict.empty())
+    if (name.rfind(kModelTensorPrefix, 0) == 0) model.emplace(name.substr(n), t);
+  if (model.empty())
     return FailedPrecondition("checkpoint " + Join(step_dir, ShardFileName(0)) + ": no model tensors (names starting with '" +
                               kModelTensorPrefix + "') to export");
   std::string target = out_file;
   if (fs::path(target).parent_path().empty()) target = (fs::path(".") / target).string();
-  return WriteFileAtomic(target, [&](FileSink& sink) { return Encode(dict, sink); });
+  return WriteFileAtomic(target, [&](FileSink& sink) {
+    FD_RETURN_IF_ERROR(WriteStateDict(model, format, [&](const char* p, size_t k) { sink.Write(p, k); }));
+    return sink.status();
+  });
 }
 
 StatusOr<std::vector<ReplicaTensor>> CompareReplicas(const std::string& step_dir) {

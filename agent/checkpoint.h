@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/state_dict_file.h"
 #include "common/status.h"
 
 namespace firedrill::agent {
@@ -150,12 +151,15 @@ Status DamageNewestShards(const std::string& root, int rank, const std::string& 
 // deleted: a sparse history older than the newest `keep`.
 Status PruneCheckpoints(const std::string& root, int keep, int keep_period = 0);
 
-// Writes rank 0's "model/*" tensors (prefix stripped) as one file that
-// Python's torch.load reads as a dict {name: tensor}. Rank 0 suffices because
-// data-parallel ranks hold identical replicas after every optimiser step.
-// The whole checkpoint is verified first (an export never comes from one we
-// would not resume from); the export is written atomically.
-Status ExportConsolidated(const std::string& step_dir, const std::string& out_file);
+// Writes rank 0's "model/*" tensors (prefix stripped) as one file: what
+// torch.save(state_dict) writes, which Python's torch.load reads as a dict
+// {name: tensor}, also with weights_only=True; or safetensors
+// (agent/state_dict_file.h). Rank 0 suffices because data-parallel ranks
+// hold identical replicas after every optimiser step. The whole checkpoint
+// is verified first (an export never comes from one we would not resume
+// from); the export is written atomically.
+Status ExportConsolidated(const std::string& step_dir, const std::string& out_file,
+                          StateDictFormat format = StateDictFormat::kTorch);
 
 // One model tensor across a checkpoint's data-parallel replicas.
 struct ReplicaTensor {

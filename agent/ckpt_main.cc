@@ -4,7 +4,7 @@
 //   firedrill-ckpt list ROOT [--json]     newest first, each valid or why not
 //   firedrill-ckpt verify STEP_DIR [--json]  exit 0 if loadable, else 1 + one line;
 //                                         a loadable one's model replicas compared across ranks
-//   firedrill-ckpt export STEP_DIR OUT    model state for Python's torch.load
+//   firedrill-ckpt export STEP_DIR OUT [--format torch|safetensors]  model state for torch.load (weights_only too) or safetensors
 //   firedrill-ckpt diff STEP_A STEP_B [--json]  two checkpoints of one job, part by part, bitwise
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -151,13 +151,17 @@ int Diff(const std::string& a, const std::string& b, bool as_json) {
   return same ? 0 : 1;
 }
 
-int Export(const std::string& step_dir, const std::string& out) {
-  firedrill::Status st = fa::ExportConsolidated(step_dir, out);
+int Export(const std::string& step_dir, const std::string& out, const std::string& format_name) {
+  auto format = fa::ParseStateDictFormat(format_name, out);
+  firedrill::Status st = format.ok() ? fa::ExportConsolidated(step_dir, out, *format) : format.status();
   if (!st.ok()) {
     std::cerr << st.message() << "\n";
     return 1;
   }
-  std::cout << "exported the model state of " << step_dir << " to " << out << " (load it with torch.load)\n";
+  std::cout << "exported the model state of " << step_dir << " to " << out
+            << (*format == fa::StateDictFormat::kSafetensors
+                    ? " (safetensors: safetensors.torch.load_file, or any reader of the format)\n"
+                    : " (torch.save's format: torch.load, also with weights_only=True)\n");
   return 0;
 }
 
@@ -178,9 +182,13 @@ int main(int argc, char** argv) {
   verify->add_option("STEP_DIR", step_dir, "a step-<N> folder")->required();
   verify->add_flag("--json", as_json, "machine-readable output");
 
-  auto* exp = app.add_subcommand("export", "Write the model state as one file that Python's torch.load reads");
+  std::string format = "auto";
+  auto* exp = app.add_subcommand("export", "Write the model state as one file: torch.save's format (torch.load, "
+                                           "also with weights_only=True) or safetensors");
   exp->add_option("STEP_DIR", step_dir, "a step-<N> folder")->required();
   exp->add_option("OUT_FILE", out, "file to write")->required();
+  exp->add_option("--format", format, "torch, safetensors, or auto: safetensors for a .safetensors file, else torch")
+      ->capture_default_str();
 
   std::string other;
   auto* diff = app.add_subcommand("diff", "Compare two checkpoints of one job part by part (model, optim, rng, "
@@ -193,5 +201,5 @@ int main(int argc, char** argv) {
   if (list->parsed()) return List(root, as_json);
   if (verify->parsed()) return Verify(step_dir, as_json);
   if (diff->parsed()) return Diff(step_dir, other, as_json);
-  return Export(step_dir, out);
+  return Export(step_dir, out, format);
 }

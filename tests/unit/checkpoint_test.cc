@@ -460,52 +460,113 @@ TEST_F(CheckpointTest, GrownShardIsSizeMismatch) {
 
 bool PythonHasTorch() { return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0; }
 
-TEST_F(CheckpointTest, ExportIsReadableByPython) {
+// Python reads an export as a dict {name: tensor}: a torch.save file with
+// torch.load(weights_only=True), the restricted unpickler PyTorch defaults
+// to since 2.6; a safetensors file by its layout alone (header length, JSON
+// header, bytes), without the safetensors package.
+constexpr const char* kReadExport = R"(import sys, json, math, struct, torch
+path = sys.argv[1]
+if path.endswith('.safetensors'):
+    raw = open(path, 'rb').read()
+    n = struct.unpack('<Q', raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    types = {'F32': torch.float32, 'F64': torch.float64, 'F16': torch.float16, 'BF16': torch.bfloat16,
+             'I64': torch.int64, 'I32': torch.int32, 'U8': torch.uint8, 'BOOL': torch.bool}
+    assert header.pop('__metadata__') == {'format': 'pt'}
+    d, end = {}, 0
+    for k, v in sorted(header.items(), key=lambda kv: kv[1]['data_offsets'][0]):
+        a, b = v['data_offsets']
+        assert a == end, (k, a, end)
+        end = b
+        d[k] = torch.frombuffer(bytearray(raw[8 + n + a:8 + n + b]), dtype=types[v['dtype']]).reshape(v['shape'])
+    assert 8 + n + end == len(raw)
+else:
+    d = torch.load(path, weights_only=True)
+f = lambda x: x if math.isfinite(x) else repr(x)
+print(json.dumps({k: {'dtype': str(v.dtype), 'shape': list(v.shape),
+                      'values': [f(x) for x in v.double().flatten().tolist()]} for k, v in d.items()}))
+)";
+
+TEST_F(CheckpointTest, ExportIsReadableByPythonAsTorchSaveAndAsSafetensors) {
   const std::string dir = Write(40);
-  const std::string out = root_ + "/model.pt";
-  ASSERT_TRUE(ExportConsolidated(dir, out).ok());
   if (!PythonHasTorch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch; install python3-torch to run this check";
+  const std::string script = root_ + "/read_export.py";
+  std::ofstream(script) << kReadExport;
+  for (const auto format : {StateDictFormat::kTorch, StateDictFormat::kSafetensors}) {
+    const std::string out = root_ + (format == StateDictFormat::kTorch ? "/model.pt" : "/model.safetensors");
+    SCOPED_TRACE(out);
+    ASSERT_TRUE(ExportConsolidated(dir, out, format).ok());
+    const std::string cmd = "/usr/bin/python3 " + script + " " + out + " 2>&1";
+    std::string text;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
+    ASSERT_EQ(::pclose(p), 0) << text;
+    nlohmann::json got = nlohmann::json::parse(text, nullptr, false);
+    ASSERT_FALSE(got.is_discarded()) << text;
 
-  // Python prints each tensor's dtype, shape and values (repr of doubles is exact).
-  const std::string cmd =
-      "/usr/bin/python3 -c \"import sys, json, math, torch; d = torch.load(sys.argv[1]); "
-      "f = lambda x: x if math.isfinite(x) else repr(x); "
-      "print(json.dumps({k: {'dtype': str(v.dtype), 'shape': list(v.shape), "
-      "'values': [f(x) for x in v.double().flatten().tolist()]} for k, v in d.items()}))\" " + out + " 2>&1";
-  std::string text;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
-  ASSERT_EQ(::pclose(p), 0) << text;
-  nlohmann::json got = nlohmann::json::parse(text, nullptr, false);
-  ASSERT_FALSE(got.is_discarded()) << text;
-
-  ShardData want = MakeShard(0, 40);
-  std::map<std::string, std::pair<std::string, at::Tensor>> expect = {
-      {"fc1.weight", {"torch.float32", want.tensors["model/fc1.weight"]}},
-      {"fc1.bias", {"torch.bfloat16", want.tensors["model/fc1.bias"]}},
-      {"fc2.weight", {"torch.float32", want.tensors["model/fc2.weight"]}},
-      {"half", {"torch.float16", want.tensors["model/half"]}}};
-  ASSERT_EQ(got.size(), expect.size()) << text;  // only model/ tensors, prefix stripped
-  for (const auto& [name, e] : expect) {
-    ASSERT_TRUE(got.contains(name)) << name;
-    EXPECT_EQ(got[name]["dtype"], e.first) << name;
-    EXPECT_EQ(got[name]["shape"].get<std::vector<int64_t>>(), e.second.sizes().vec()) << name;
-    at::Tensor v = e.second.detach().to(at::kDouble).contiguous().flatten();
-    const auto& vals = got[name]["values"];
-    ASSERT_EQ(vals.size(), static_cast<size_t>(v.numel())) << name;
-    for (int64_t i = 0; i < v.numel(); ++i) {
-      const double x = v[i].item<double>();
-      if (!std::isfinite(x)) {  // JSON has no NaN/inf: Python sends repr()
-        EXPECT_EQ(vals[i], std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf") << name << "[" << i << "]";
-        continue;
+    ShardData want = MakeShard(0, 40);
+    std::map<std::string, std::pair<std::string, at::Tensor>> expect = {
+        {"fc1.weight", {"torch.float32", want.tensors["model/fc1.weight"]}},
+        {"fc1.bias", {"torch.bfloat16", want.tensors["model/fc1.bias"]}},
+        {"fc2.weight", {"torch.float32", want.tensors["model/fc2.weight"]}},
+        {"half", {"torch.float16", want.tensors["model/half"]}}};
+    ASSERT_EQ(got.size(), expect.size()) << text;  // only model/ tensors, prefix stripped
+    for (const auto& [name, e] : expect) {
+      ASSERT_TRUE(got.contains(name)) << name;
+      EXPECT_EQ(got[name]["dtype"], e.first) << name;
+      EXPECT_EQ(got[name]["shape"].get<std::vector<int64_t>>(), e.second.sizes().vec()) << name;
+      at::Tensor v = e.second.detach().to(at::kDouble).contiguous().flatten();
+      const auto& vals = got[name]["values"];
+      ASSERT_EQ(vals.size(), static_cast<size_t>(v.numel())) << name;
+      for (int64_t i = 0; i < v.numel(); ++i) {
+        const double x = v[i].item<double>();
+        if (!std::isfinite(x)) {  // JSON has no NaN/inf: Python sends repr()
+          EXPECT_EQ(vals[i], std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf") << name << "[" << i << "]";
+          continue;
+        }
+        ASSERT_TRUE(vals[i].is_number()) << name << "[" << i << "]";
+        EXPECT_EQ(vals[i].get<double>(), x) << name << "[" << i << "]";
+        EXPECT_EQ(std::signbit(vals[i].get<double>()), std::signbit(x)) << name << "[" << i << "]";
       }
-      ASSERT_TRUE(vals[i].is_number()) << name << "[" << i << "]";
-      EXPECT_EQ(vals[i].get<double>(), x) << name << "[" << i << "]";
-      EXPECT_EQ(std::signbit(vals[i].get<double>()), std::signbit(x)) << name << "[" << i << "]";
     }
   }
+}
+
+TEST(StateDictFile, TheFormatFollowsTheFileNameUnlessNamed) {
+  EXPECT_EQ(*ParseStateDictFormat("auto", "m.safetensors"), StateDictFormat::kSafetensors);
+  EXPECT_EQ(*ParseStateDictFormat("auto", "m.pt"), StateDictFormat::kTorch);
+  EXPECT_EQ(*ParseStateDictFormat("torch", "m.safetensors"), StateDictFormat::kTorch);
+  EXPECT_EQ(*ParseStateDictFormat("safetensors", "m.bin"), StateDictFormat::kSafetensors);
+  EXPECT_NE(ParseStateDictFormat("onnx", "m").status().message().find("unknown export format \"onnx\""),
+            std::string::npos);
+}
+
+TEST(StateDictFile, SafetensorsHeaderIsAlignedAndTheDataFollowsInNameOrder) {
+  std::map<std::string, at::Tensor> t = {{"b", at::arange(3, at::kFloat)}, {"a", at::ones({2, 2}, at::kBFloat16)}};
+  std::string bytes;
+  ASSERT_TRUE(WriteStateDict(t, StateDictFormat::kSafetensors, [&](const char* p, size_t n) { bytes.append(p, n); })
+                  .ok());
+  ASSERT_GE(bytes.size(), 8u);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+  EXPECT_EQ(n % 8, 0u);
+  ASSERT_EQ(bytes.size(), 8 + n + 2 * 2 * 2 + 3 * 4);
+  auto h = nlohmann::json::parse(bytes.substr(8, n));
+  EXPECT_EQ(h["a"]["dtype"], "BF16");
+  EXPECT_EQ(h["a"]["data_offsets"], nlohmann::json({0, 8}));
+  EXPECT_EQ(h["b"]["shape"], nlohmann::json({3}));
+  EXPECT_EQ(h["b"]["data_offsets"], nlohmann::json({8, 20}));
+  float b2 = 0;
+  std::memcpy(&b2, bytes.data() + 8 + n + 8 + 2 * sizeof(float), sizeof b2);
+  EXPECT_EQ(b2, 2.0f);
+  // A dtype neither format spells is refused by name.
+  EXPECT_NE(WriteStateDict({{"z", at::zeros({2}, at::kComplexFloat)}}, StateDictFormat::kTorch,
+                           [](const char*, size_t) {})
+                .message()
+                .find("tensor z has dtype"),
+            std::string::npos);
 }
 
 TEST_F(CheckpointTest, ExportRefusesADamagedCheckpoint) {
