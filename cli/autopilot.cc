@@ -97,6 +97,26 @@ double BriefedMtbfS(const std::string& briefing) {
   return 0;
 }
 
+int BriefedWorldSize(const std::string& briefing) {
+  static const std::vector<std::string> kWords = {"one", "two",   "three", "four", "five",   "six",
+                                                  "seven", "eight", "nine", "ten", "eleven", "twelve"};
+  for (const char* noun : {" hosts", " nodes", " ranks"}) {
+    for (size_t at = briefing.find(noun); at != std::string::npos; at = briefing.find(noun, at + 1)) {
+      size_t begin = at;
+      while (begin > 0 && std::isalnum(static_cast<unsigned char>(briefing[begin - 1]))) --begin;
+      const std::string word = briefing.substr(begin, at - begin);
+      if (word.empty()) continue;
+      if (std::all_of(word.begin(), word.end(), [](unsigned char c) { return std::isdigit(c); }))
+        return std::stoi(word.substr(0, 6));
+      std::string lower = word;
+      for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      for (size_t i = 0; i < kWords.size(); ++i)
+        if (lower == kWords[i]) return static_cast<int>(i) + 1;
+    }
+  }
+  return 0;
+}
+
 AutopilotFinding Reason(const v1::SessionStatus& st) {
   auto all = ReasonAll(st);
   return all.empty() ? AutopilotFinding{} : all.front();
@@ -524,7 +544,7 @@ std::string MetricsEvidence(const v1::MetricsResponse& m) {
 }
 
 CurveFinding ReasonCurves(const v1::MetricsResponse& main, const v1::MetricsResponse& baseline,
-                          const v1::JobSpec& job) {
+                          const v1::JobSpec& job, int briefed_world) {
   CurveFinding out;
   const SeriesPoints a = JobSeries(main, "loss"), b = JobSeries(baseline, "loss");
   // The steps both runs hold (either may be thinned), after the first ten:
@@ -556,7 +576,15 @@ CurveFinding ReasonCurves(const v1::MetricsResponse& main, const v1::MetricsResp
     if (a.values[k] > a.values[peak]) peak = k;
   }
   const bool finite = std::isfinite(m);
-  out.diverged = !finite || m >= 1.5 * t;
+  // The same launch command at the world size the briefing states: its
+  // global batch, against the one this job's steps average. A loss well
+  // off the baseline's with fewer samples a step than the recipe's is the
+  // batch, whatever else a 1.5x gap would be blamed on.
+  const int world = std::max(1, job.world_size()), accum = std::max(1, job.grad_accum_steps());
+  const SeriesPoints gb_now = JobSeries(main, "global_batch");
+  const int64_t global_now = gb_now.values.empty() ? 0 : static_cast<int64_t>(gb_now.values.back());
+  const bool batch_moved = briefed_world > 0 && briefed_world != world && global_now > 0 && finite && m >= 1.2 * t;
+  out.diverged = !finite || m >= 1.5 * t || batch_moved;
   if (!out.diverged) return out;
   out.evidence = "The main run's loss over the " + std::to_string(mine.size()) +
                  " steps from 10 that the healthy baseline also ran averages " +
@@ -566,10 +594,36 @@ CurveFinding ReasonCurves(const v1::MetricsResponse& main, const v1::MetricsResp
                  (std::isfinite(a.values[peak]) ? " and peaks at " + Sig(a.values[peak]) + " at step "
                                                 : " and is not a number from step ") +
                  std::to_string(a.steps[peak]) + ".";
+  if (batch_moved) {
+    const int64_t global_then = global_now / world * briefed_world;
+    out.evidence += " The job averages " + std::to_string(global_now) + " samples a step (" +
+                    std::to_string(job.data().batch_size()) + " per rank x " + std::to_string(accum) +
+                    " micro-batch(es) x " + std::to_string(world) + " ranks); the same launch command on the " +
+                    std::to_string(briefed_world) + " hosts of the briefing averaged " + std::to_string(global_then) +
+                    ", at the same learning rate (" + Sig(job.optim().lr()) + ")";
+    AutopilotFinding& f = out.finding;
+    if (global_then % global_now != 0 && global_now % global_then != 0) {
+      out.evidence += ".";
+      return out;
+    }
+    f.found = true;
+    f.cause = "global-batch-change";
+    f.evidence = out.evidence + ": each step's gradient is an average over " +
+                 Num(static_cast<double>(global_now) / global_then, 2) +
+                 "x the samples the rate was tuned for.";
+    // The samples the missing ranks computed, as micro-batches on these;
+    // else as a bigger per-rank batch.
+    if ((static_cast<int64_t>(accum) * global_then) % global_now == 0) {
+      Set(&f.fix, "grad_accum_steps", std::to_string(static_cast<int64_t>(accum) * global_then / global_now));
+    } else {
+      Set(&f.fix, "data.batch_size",
+          std::to_string(static_cast<int64_t>(job.data().batch_size()) * global_then / global_now));
+    }
+    return out;
+  }
   // The gradient at the first step both runs hold, from the same weights
   // and data: a loop that sums its micro-batch losses instead of averaging
   // them has K times the healthy one.
-  const int accum = std::max(1, job.grad_accum_steps());
   const SeriesPoints gm = JobSeries(main, "grad_norm"), gh = JobSeries(baseline, "grad_norm");
   if (accum > 1 && !gm.steps.empty() && !gh.steps.empty() && gm.steps[0] == gh.steps[0] && gh.values[0] > 0 &&
       std::isfinite(gm.values[0])) {
@@ -807,7 +861,7 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
     auto main = client.GetMetrics(curves_req);
     if (!main.ok()) return;  // asked again at the next look
     curves_checked = true;
-    curves = ReasonCurves(*main, *base_curves, job);
+    curves = ReasonCurves(*main, *base_curves, job, BriefedWorldSize(st->session().briefing()));
   };
   // Once the curves have found something, a few more looks (8 s) let a
   // second fault beside it settle.

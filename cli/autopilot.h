@@ -36,6 +36,10 @@ AutopilotFinding Reason(const v1::SessionStatus& st);
 // The hosts' mean time between failures a briefing states ("MTBF 600 s",
 // "MTBF 10 min"), in seconds; 0 when it states none.
 double BriefedMtbfS(const std::string& briefing);
+// The first host count a briefing states ("trained on four hosts", "on 8
+// nodes"): the world size the job ran at before the incident; 0 when it
+// states none.
+int BriefedWorldSize(const std::string& briefing);
 // True when nothing is wrong that the telemetry can show: every rank steps,
 // throughput is at the healthy baseline's and the ranks are balanced.
 // `why` says so in numbers.
@@ -62,14 +66,15 @@ std::string MetricsEvidence(const v1::MetricsResponse& m);
 // `diverged` is set when the main run's loss is well above the baseline's
 // (or not finite); the finding says why when the job's learning-rate
 // settings explain it (the rate it trains at, from the main run's lr
-// series, against optim.lr and the scaling rule in `job`).
+// series, against optim.lr and the scaling rule in `job`; the global batch
+// against the one the same launch command made at `briefed_world` ranks).
 struct CurveFinding {
   bool diverged = false;
   AutopilotFinding finding;  // found only when the settings explain the gap
   std::string evidence;      // the curves in numbers, whether or not explained
 };
 CurveFinding ReasonCurves(const v1::MetricsResponse& main, const v1::MetricsResponse& baseline,
-                          const v1::JobSpec& job);
+                          const v1::JobSpec& job, int briefed_world = 0);
 
 // Replicas compared (`probe checksum`): tensors whose hash is not the same
 // on every rank mean the data-parallel copies went apart. The culprits are

@@ -14,6 +14,7 @@
 #include "faults/resume_without_state.h"
 #include "faults/silent_divergence.h"
 #include "faults/slow_link.h"
+#include "faults/stale_accumulation.h"
 #include "faults/straggler.h"
 #include "faults/tiny_buckets.h"
 
@@ -49,6 +50,8 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
        nullptr, ApplyResumeWithoutState},
       {"checkpoint_cadence", Scope::kRank, ValidateCheckpointCadence,
        nullptr, ApplyCheckpointCadence},
+      {"stale_accumulation", Scope::kRank, ValidateStaleAccumulation,
+       nullptr, ApplyStaleAccumulation},
       {"comm_misconfig", Scope::kHost, ValidateCommMisconfig,
        [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
          return std::make_unique<CommMisconfig>(id, f.comm_misconfig().socket_ifname());
@@ -117,6 +120,7 @@ const std::vector<CauseInfo>& CauseTaxonomy() {
       {"lr-divergence", "numerics", "the learning rate is too high for the batch (scaling, missing warmup): the loss spikes or diverges"},
       {"silent-divergence", "numerics", "ranks hold different parameters without any error"},
       {"grad-accumulation-bug", "numerics", "gradient accumulation is wrong: unscaled gradients or an all-reduce on every micro-step"},
+      {"global-batch-change", "numerics", "the global batch (ranks x per-rank batch x accumulation) is not the one the job was tuned at: a change of world size nobody compensated"},
       {"corrupt-checkpoint", "state", "a checkpoint shard is damaged, truncated or missing"},
       {"resume-without-state", "state", "a resume restored the weights but not the optimiser, RNG or data state"},
       {"checkpoint-cadence", "state", "checkpoints come far too often for what one costs, or far too rarely for how often hosts fail"},

@@ -396,6 +396,20 @@ Check CheckScenario(const v1::Scenario& s) {
       return Fail(p + ".params.every", "is the healthy job's own checkpoint.every (" +
                                            std::to_string(s.job().checkpoint().every()) + "): the fault changes nothing");
   }
+  // A carried-over accumulation is judged on the loss against the healthy
+  // job's, which must accumulate otherwise.
+  for (int i = 0; i < s.faults_size(); ++i) {
+    const v1::FaultSpec& f = s.faults(i);
+    if (f.kind() != "stale_accumulation") continue;
+    const std::string p = Indexed("faults", i);
+    if (std::max(1, f.stale_accumulation().grad_accum_steps()) == std::max(1, s.job().grad_accum_steps()))
+      return Fail(p + ".params.grad_accum_steps", "is the healthy job's own grad_accum_steps (" +
+                                                      std::to_string(std::max(1, s.job().grad_accum_steps())) +
+                                                      "): the fault changes nothing");
+    if (s.verify().loss_vs_baseline_max() <= 0)
+      return Fail(p + ".kind", "stale_accumulation needs verify.loss_vs_baseline_max: the global batch shows in "
+                               "the loss, not in the speed");
+  }
   // A damaged checkpoint shows only when a restart reads it, and there must
   // be a good one left to go back to.
   for (int i = 0; i < s.faults_size(); ++i) {

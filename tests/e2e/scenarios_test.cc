@@ -60,6 +60,7 @@ const std::vector<Case> kCases = {
     {"shared-training-loop", 95, {"grad-accumulation-bug"}},
     {"smaller-cards", 96, {"grad-accumulation-bug"}},
     {"registry-refused", 97, {"silent-divergence"}},
+    {"rack-failure", 113, {"global-batch-change"}},
     // Checkpointing and restart.
     {"restart-loop", 101, {"corrupt-checkpoint"}},
     {"power-cut", 103, {"corrupt-checkpoint"}},

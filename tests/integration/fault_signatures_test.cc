@@ -402,6 +402,52 @@ TEST(FaultSignature, SummedMicroBatchLossesMakeTheGradientsKTimesTooBig) {
             1e-3 * healthy[0].reports.at(5).loss());
 }
 
+// stale_accumulation: rack-failure's job, the four-host launch command on
+// two hosts. The same model, data and rate; half the samples a step.
+TEST(FaultSignature, AStaleAccumulationHalvesTheGlobalBatchAndTheLossStaysAboveTheHealthyJobs) {
+  v1::JobSpec job = SmallJob(2);
+  job.mutable_model()->set_input_dim(256);
+  job.mutable_model()->set_hidden(512);
+  job.mutable_optim()->set_lr(0.1);
+  job.set_grad_accum_steps(2);
+  job.set_steps(300);
+  v1::ResolvedFault f = Fault("stale_accumulation");
+  f.mutable_stale_accumulation()->set_grad_accum_steps(1);
+  // The second accepted fix: the samples a step back as a per-rank batch
+  // twice as big.
+  v1::JobSpec doubled = job;
+  faults::ApplyFaultsToJob({f}, &doubled);
+  doubled.mutable_data()->set_batch_size(64);
+  const auto healthy = RunJob(job, {});
+  const auto faulty = RunFaulty(job, f);
+  const auto fixed = RunJob(doubled, {});
+  ExpectAllOk(healthy);
+  ExpectAllOk(faulty);
+  ExpectAllOk(fixed);
+  EXPECT_EQ(healthy[0].reports.back().global_batch(), 128);
+  EXPECT_EQ(faulty[0].reports.back().global_batch(), 64);
+  EXPECT_EQ(fixed[0].reports.back().global_batch(), 128);
+  // Step 0 is the same first micro-batch's loss from the same weights.
+  EXPECT_NEAR(faulty[0].reports.at(0).loss(), healthy[0].reports.at(0).loss(), 0.05);
+  // The mean loss over steps 50-299, both ranks (measured with
+  // firedrill-train on the drill's job, seeds 2-6: 1.44-1.48x at 64 samples
+  // a step, 0.99-1.00x at 128 as a bigger per-rank batch).
+  auto mean_loss = [](const std::vector<RankResult>& run) {
+    double sum = 0;
+    int n = 0;
+    for (const auto& r : run)
+      for (size_t i = 50; i < r.reports.size(); ++i, ++n) sum += r.reports[i].loss();
+    return n > 0 ? sum / n : 0.0;
+  };
+  const double h = mean_loss(healthy);
+  ASSERT_GT(h, 0);
+  const double faulty_ratio = mean_loss(faulty) / h, fixed_ratio = mean_loss(fixed) / h;
+  RecordProperty("loss_ratio_stale", std::to_string(faulty_ratio));
+  RecordProperty("loss_ratio_doubled_batch", std::to_string(fixed_ratio));
+  EXPECT_GT(faulty_ratio, 1.25);
+  EXPECT_LT(fixed_ratio, 1.10);
+}
+
 TEST(FaultSignature, CollectiveDesyncHangsAtTheEpochEndAndTheFlightRecorderNamesTheRank) {
   v1::JobSpec job = SmallJob(4);
   job.mutable_data()->set_batch_size(16);

@@ -140,6 +140,57 @@ TEST(Autopilot, AGradientKTimesTheBaselinesFromTheSameWeightsIsASummedAccumulati
   EXPECT_FALSE(same.finding.found) << same.evidence;
 }
 
+double Noisier(int s) { return 1.45 * Learning(s); }  // rack-failure at 64 samples a step: 1.44-1.48x
+double Close(int s) { return 1.05 * Learning(s); }
+
+TEST(Autopilot, BriefedWorldSizeIsTheFirstHostCountTheBriefingStates) {
+  EXPECT_EQ(BriefedWorldSize("Until Tuesday this classifier trained on four hosts. A rack failure took two of "
+                             "them, and the job was relaunched on the two that are left."),
+            4);
+  EXPECT_EQ(BriefedWorldSize("It ran on 8 nodes."), 8);
+  EXPECT_EQ(BriefedWorldSize("This 4-rank job slowed down."), 0);
+  EXPECT_EQ(BriefedWorldSize("the other hosts"), 0);
+}
+
+TEST(Autopilot, ALossAboveTheBaselinesWithFewerRanksThanTheBriefedRunIsTheGlobalBatch) {
+  v1::JobSpec job;
+  job.set_world_size(2);
+  job.mutable_data()->set_batch_size(32);
+  job.mutable_optim()->set_kind("sgd");
+  job.mutable_optim()->set_lr(0.1);
+  auto at = [](v1::MetricsResponse m, int64_t global) {
+    for (auto& r : *m.mutable_ranks())
+      for (auto& row : *r.mutable_rows()) row.set_global_batch(global);
+    return m;
+  };
+  const auto base = Curve(300, 0, Learning);
+  const auto c = ReasonCurves(at(Curve(300, 0.1, Noisier), 64), base, job, 4);
+  EXPECT_TRUE(c.diverged);
+  ASSERT_TRUE(c.finding.found) << c.evidence;
+  EXPECT_EQ(c.finding.cause, "global-batch-change");
+  ASSERT_EQ(c.finding.fix.settings_size(), 1);
+  EXPECT_EQ(c.finding.fix.settings(0).key(), "grad_accum_steps");
+  EXPECT_EQ(c.finding.fix.settings(0).value(), "2");
+  EXPECT_NE(c.finding.evidence.find("averages 64 samples a step (32 per rank x 1 micro-batch(es) x 2 ranks)"),
+            std::string::npos)
+      << c.finding.evidence;
+  EXPECT_NE(c.finding.evidence.find("on the 4 hosts of the briefing averaged 128"), std::string::npos)
+      << c.finding.evidence;
+  // Already accumulating: more of it.
+  job.set_grad_accum_steps(2);
+  const auto twice = ReasonCurves(at(Curve(300, 0.1, Noisier), 128), base, job, 8);
+  ASSERT_TRUE(twice.finding.found) << twice.evidence;
+  EXPECT_EQ(twice.finding.fix.settings(0).value(), "8");
+  job.set_grad_accum_steps(0);
+  // The ranks the briefing names: no batch moved, and 1.45x alone is no
+  // divergence.
+  const auto same = ReasonCurves(at(Curve(300, 0.1, Noisier), 64), base, job, 2);
+  EXPECT_FALSE(same.diverged);
+  EXPECT_FALSE(same.finding.found);
+  // A loss that follows the baseline's: nothing to explain.
+  EXPECT_FALSE(ReasonCurves(at(Curve(300, 0.1, Close), 64), base, job, 4).diverged);
+}
+
 TEST(Autopilot, SgdOnTheLinearRuleGetsTheWarmUpItNeedsAndNoMore) {
   const auto base = Curve(300, 0, Learning);
   v1::JobSpec sgd = Adam("linear", 64);  // 4 x 64 = 256: 4 times the reference

@@ -170,6 +170,34 @@ TEST(ConfigFaults, GradAccumulationSetsOneLoopSettingPerBugAndNothingElse) {
   }
 }
 
+TEST(ConfigFaults, StaleAccumulationSetsTheAccumulationStepsAndNothingElse) {
+  const FaultKind* k = FindFaultKind("stale_accumulation");
+  ASSERT_NE(k, nullptr);
+  v1::FaultSpec f = Spec("stale_accumulation");
+  EXPECT_NE(k->validate(f).message().find("params.grad_accum_steps is 0"), std::string::npos)
+      << k->validate(f).message();
+  f.mutable_stale_accumulation()->set_grad_accum_steps(1);
+  EXPECT_TRUE(k->validate(f).ok()) << k->validate(f).message();
+  f.mutable_trigger()->mutable_step()->set_value(30);
+  EXPECT_NE(k->validate(f).message().find("trigger.step must be 0"), std::string::npos);
+  f.mutable_trigger()->mutable_step()->set_value(0);
+  f.mutable_target()->set_all_ranks(false);
+  EXPECT_NE(k->validate(f).message().find("all_ranks"), std::string::npos);
+  v1::JobSpec job;
+  job.set_world_size(2);
+  job.set_grad_accum_steps(2);
+  job.mutable_data()->set_batch_size(32);
+  job.mutable_optim()->set_kind("sgd");
+  job.mutable_optim()->set_lr(0.1);
+  v1::ResolvedFault rf;
+  rf.set_kind("stale_accumulation");
+  rf.mutable_stale_accumulation()->set_grad_accum_steps(1);
+  v1::JobSpec got = job, want = job;
+  ApplyFaultsToJob({rf}, &got);
+  want.set_grad_accum_steps(1);
+  EXPECT_EQ(got.DebugString(), want.DebugString());
+}
+
 TEST(ConfigFaults, AllRanksTargetReachesEveryRankOnEveryHost) {
   v1::Scenario s;
   s.mutable_job()->set_world_size(3);

@@ -175,11 +175,11 @@ TEST(ScenarioLoader, FaultWindowsAndFlapping) {
 TEST(ScenarioLoader, UnknownFaultKindListsKnownKinds) {
   EXPECT_EQ(ErrorOf(With("kind: straggler", "kind: gremlin")),
             "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, dataloader_starvation, padding_waste, "
-            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, resume_without_state, checkpoint_cadence, comm_misconfig, silent_divergence, corrupt_checkpoint, rank_crash, slow_link");
+            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, resume_without_state, checkpoint_cadence, stale_accumulation, comm_misconfig, silent_divergence, corrupt_checkpoint, rank_crash, slow_link");
   std::string no_params = With("    params: {slowdown: 2.0}\n", "");
   EXPECT_EQ(ErrorOf(no_params.replace(no_params.find("kind: straggler"), 15, "kind: gremlin")),
             "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, dataloader_starvation, padding_waste, "
-            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, resume_without_state, checkpoint_cadence, comm_misconfig, silent_divergence, corrupt_checkpoint, rank_crash, slow_link");
+            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, resume_without_state, checkpoint_cadence, stale_accumulation, comm_misconfig, silent_divergence, corrupt_checkpoint, rank_crash, slow_link");
 }
 
 // kGood as a silent-divergence drill: `verify` and `checkpoint` as given.
@@ -539,6 +539,20 @@ TEST(ScenarioLoader, ACheckpointCadenceNeedsAFailureRateAndAHealthyCadenceOfItsO
   EXPECT_NE(msg(Replaced(good, "goodput_vs_best_min: 0.98", "goodput_vs_best_min: 1.5")).find("must be in (0, 1]"),
             std::string::npos);
   EXPECT_NE(msg(Replaced(good, "checkpoint: {every: 600, keep: 2}", "checkpoint: {every: 0}")).find("job.checkpoint.every"),
+            std::string::npos);
+}
+
+TEST(ScenarioLoader, AStaleAccumulationChangesTheHealthyJobsAndIsJudgedOnTheLoss) {
+  const std::string good = ShippedText("rack-failure");
+  auto ok = ParseScenario(good, "rack-failure.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_NE(msg(Replaced(good, "params: {grad_accum_steps: 1}", "params: {grad_accum_steps: 2}"))
+                .find("the fault changes nothing"),
+            std::string::npos);
+  EXPECT_NE(msg(Replaced(good, "  loss_vs_baseline_max: 1.15\n", "")).find("needs verify.loss_vs_baseline_max"),
+            std::string::npos);
+  EXPECT_NE(msg(Replaced(good, "may_change: [grad_accum_steps, data.batch_size]", "may_change: [data.batch_size]"))
+                .find("'grad_accum_steps' is a workload setting"),
             std::string::npos);
 }
 
