@@ -240,10 +240,20 @@ bool IsHex64(const std::string& s) {
 nlohmann::ordered_json ToJson(const Manifest& m) {
   nlohmann::ordered_json shards = nlohmann::ordered_json::array();
   for (const auto& s : m.shards) shards.push_back({{"file", s.file}, {"rank", s.rank}, {"bytes", s.bytes}, {"sha256", s.sha256}});
-  return {{"format", kFormatName},          {"format_version", m.format_version},
-          {"step", m.step},                 {"world_size", m.world_size},
-          {"config_hash", m.config_hash},   {"created", FormatUtc(m.created_unix_ms)},
-          {"created_unix_ms", m.created_unix_ms}, {"shards", shards}};
+  nlohmann::ordered_json out = {{"format", kFormatName},          {"format_version", m.format_version},
+                                {"step", m.step},                 {"world_size", m.world_size},
+                                {"config_hash", m.config_hash},   {"created", FormatUtc(m.created_unix_ms)},
+                                {"created_unix_ms", m.created_unix_ms}, {"shards", shards}};
+  if (!m.tensors.empty()) {
+    nlohmann::ordered_json tensors = nlohmann::ordered_json::object();
+    for (const auto& [name, p] : m.tensors) {
+      nlohmann::ordered_json chunks = nlohmann::ordered_json::array();
+      for (const auto& c : p.chunks) chunks.push_back({{"file", c.file}, {"offset", c.offset}, {"numel", c.numel}});
+      tensors[name] = {{"layout", p.layout}, {"numel", p.numel}, {"chunks", chunks}};
+    }
+    out["tensors"] = tensors;
+  }
+  return out;
 }
 
 // Structural checks shared by the writer and the reader; "" if fine.
@@ -258,6 +268,25 @@ std::string ValidateManifest(const Manifest& m) {
       return "shard rank " + std::to_string(s.rank) + " is out of range or listed twice";
     if (s.file != ShardFileName(s.rank)) return "shard of rank " + std::to_string(s.rank) + " is named '" + s.file + "'";
     if (s.bytes < 0 || !IsHex64(s.sha256)) return "entry for " + s.file + " has a bad size or SHA-256";
+  }
+  if (m.format_version >= 2 && m.tensors.empty()) return "format 2 without a tensor map";
+  if (m.format_version < 2 && !m.tensors.empty()) return "a tensor map in format " + std::to_string(m.format_version);
+  for (const auto& [name, p] : m.tensors) {
+    if (p.layout != "once" && p.layout != "partitioned")
+      return "tensor " + name + " has layout '" + p.layout + "' (once or partitioned)";
+    if (p.layout == "once" && p.chunks.size() != 1) return "tensor " + name + " is stored once, in " +
+                                                          std::to_string(p.chunks.size()) + " chunks";
+    int64_t next = 0;  // the chunks tile [0, numel) in order
+    for (const auto& c : p.chunks) {
+      const bool listed = std::any_of(m.shards.begin(), m.shards.end(), [&](const ShardInfo& s) { return s.file == c.file; });
+      if (!listed) return "tensor " + name + " has a chunk in '" + c.file + "', which is not a shard of the checkpoint";
+      if (c.offset != next || c.numel < 0)
+        return "tensor " + name + ": chunk at " + std::to_string(c.offset) + " (" + std::to_string(c.numel) +
+               " elements) does not follow the one before, which ends at " + std::to_string(next);
+      next += c.numel;
+    }
+    if (next != p.numel) return "tensor " + name + ": the chunks hold " + std::to_string(next) + " of its " +
+                                std::to_string(p.numel) + " elements";
   }
   return "";
 }
@@ -291,6 +320,16 @@ Problem ParseManifest(const std::string& step_dir, Manifest* out) {
     for (const auto& s : j.at("shards"))
       m.shards.push_back({s.at("file").get<std::string>(), s.at("rank").get<int>(), s.at("bytes").get<int64_t>(),
                           s.at("sha256").get<std::string>()});
+    if (j.contains("tensors")) {
+      for (const auto& [name, t] : j.at("tensors").items()) {
+        TensorPlacement p;
+        p.layout = t.at("layout").get<std::string>();
+        p.numel = t.at("numel").get<int64_t>();
+        for (const auto& c : t.at("chunks"))
+          p.chunks.push_back({c.at("file").get<std::string>(), c.at("offset").get<int64_t>(), c.at("numel").get<int64_t>()});
+        m.tensors[name] = std::move(p);
+      }
+    }
   } catch (const std::exception& e) {
     return Bad(StatusCode::kDataLoss, path, "malformed manifest (" + std::string(e.what()) + ")", corrupt);
   }
@@ -706,6 +745,9 @@ Status ExportConsolidated(const std::string& step_dir, const std::string& out_fi
 StatusOr<std::vector<ReplicaTensor>> CompareReplicas(const std::string& step_dir) {
   auto m = ReadManifest(step_dir);
   if (!m.ok()) return m.status();
+  if (!m->tensors.empty())
+    return FailedPrecondition("checkpoint " + step_dir + " holds the parameters once (format 2, rank 0's shard): "
+                              "it has no replicas to compare");
   const size_t n = std::strlen(kModelTensorPrefix);
   std::vector<ReplicaTensor> out;
   for (int rank = 0; rank < m->world_size; ++rank) {

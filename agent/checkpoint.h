@@ -46,7 +46,10 @@
 
 namespace firedrill::agent {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+// The newest format this build reads. 1: every shard holds its rank's whole
+// state. 2: partitioned state (agent/zero.h): the manifest's `tensors` says
+// where each tensor that is not every rank's own lives.
+inline constexpr int kCheckpointFormatVersion = 2;
 inline constexpr const char* kManifestFileName = "manifest.json";
 inline constexpr const char* kModelTensorPrefix = "model/";
 
@@ -62,13 +65,34 @@ struct ShardInfo {
   std::string sha256;  // 64 lowercase hex digits
 };
 
+// Format 2: where one tensor of the checkpoint lives, in the manner of
+// torch.distributed.checkpoint's metadata (which maps every chunk of every
+// tensor to a file and an offset). "once": a single copy, in one shard (the
+// replicated parameters, written by rank 0 alone). "partitioned": the
+// tensor is a range of the flattened parameters' index space (ZeRO-1's
+// optimiser state), cut into chunks; chunk i, stored in shard `file` under
+// the tensor's own name, holds elements [offset, offset + numel). A tensor
+// the map does not name is each rank's own and in every shard (the RNG,
+// the optimiser's step count).
+struct TensorChunk {
+  std::string file;
+  int64_t offset = 0;
+  int64_t numel = 0;
+};
+struct TensorPlacement {
+  std::string layout;  // "once" | "partitioned"
+  int64_t numel = 0;   // of the whole tensor
+  std::vector<TensorChunk> chunks;  // by offset, covering [0, numel) once
+};
+
 struct Manifest {
-  int format_version = kCheckpointFormatVersion;
+  int format_version = 1;  // 2 when `tensors` is set
   int64_t step = 0;
   int world_size = 0;
   std::string config_hash;      // opaque, from the caller (e.g. hash of the JobSpec)
   int64_t created_unix_ms = 0;  // 0: WriteManifest stamps the current time
   std::vector<ShardInfo> shards;
+  std::map<std::string, TensorPlacement> tensors;  // format 2; empty in format 1
 };
 
 // What the loading job expects; empty/zero fields are not checked.
@@ -169,6 +193,7 @@ struct ReplicaTensor {
 };
 
 // Loads every shard of a checkpoint (each verified as a resume would) and
+// (format 1; format 2 holds the parameters once: FailedPrecondition)
 // hashes each "model/" tensor as each rank saved it, in name order. Every
 // rank wrote its own replica, so after healthy data-parallel steps all hold
 // the same bytes; a replica that went wrong shows as a different hash.

@@ -112,11 +112,23 @@ int Verify(const std::string& step_dir, bool as_json) {
   std::string detail = "checkpoint " + step_dir + ": valid (step " + std::to_string(m->step) + ", " +
                        std::to_string(m->world_size) + " shards, " + std::to_string(bytes) + " bytes, SHA-256 verified)";
   out["valid"] = true;
+  const std::string contents_text = ContentsText(step_dir);
+  if (!m->tensors.empty()) {
+    // ZeRO-1 (format 2): rank 0 wrote the parameters, the others do not
+    // hold a copy to hold them to.
+    int partitioned = 0;
+    for (const auto& [name, p] : m->tensors) partitioned += p.layout == "partitioned";
+    out["layout"] = "partitioned";
+    return report(0, detail + (contents_text.empty() ? "" : "\n" + contents_text) +
+                         "\nlayout: the parameters written once (rank 0's shard), " + std::to_string(partitioned) +
+                         " optimiser tensors partitioned across the " + std::to_string(m->world_size) +
+                         " shards (ZeRO-1, format 2): no model replicas to compare in it (`firedrill probe "
+                         "checksum` compares the running ranks')");
+  }
   auto replicas = fa::CompareReplicas(step_dir);
   if (!replicas.ok()) return report(1, detail + "\nbut its replicas cannot be compared: " + replicas.status().message());
   for (const auto& t : *replicas) out["replicas"].push_back({{"name", t.name}, {"numel", t.numel}, {"sha256", t.sha256}});
-  const std::string contents = ContentsText(step_dir);
-  return report(0, detail + (contents.empty() ? "" : "\n" + contents) + "\n" + ReplicaText(*replicas));
+  return report(0, detail + (contents_text.empty() ? "" : "\n" + contents_text) + "\n" + ReplicaText(*replicas));
 }
 
 int Diff(const std::string& a, const std::string& b, bool as_json) {

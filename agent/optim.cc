@@ -48,6 +48,9 @@ Status ValidateOptimSpec(const v1::OptimSpec& o) {
     return InvalidArgument("optim.lr_scaling must be \"none\", \"linear\" or \"sqrt\", got \"" + s + "\"");
   }
   if (o.reference_global_batch() < 0) return InvalidArgument("optim.reference_global_batch must be >= 0");
+  if (o.zero_stage() != 0 && o.zero_stage() != 1)
+    return InvalidArgument("optim.zero_stage must be 0 (the optimiser's state replicated) or 1 (partitioned "
+                           "across the ranks), got " + std::to_string(o.zero_stage()));
   if (const auto& a = o.accumulation_loss(); !a.empty() && a != "mean" && a != "sum")
     return InvalidArgument("optim.accumulation_loss must be \"mean\" or \"sum\", got \"" + a + "\"");
   if ((s == "linear" || s == "sqrt") && o.reference_global_batch() == 0) {

@@ -74,11 +74,12 @@ std::string ConfigHash(const TrainModel& model, const std::string& optim_kind) {
 }
 
 ShardData CaptureTrainState(const TrainModel& model, const Optimizer& optim, const LossScaler& scaler,
-                            const DataCursor& cursor, int64_t step, const v1::JobSpec& job) {
+                            const DataCursor& cursor, int64_t step, const v1::JobSpec& job, bool with_model) {
   at::NoGradGuard no_grad;
   ShardData d;
-  for (const auto& kv : model.module().named_parameters())
-    d.tensors[kModelTensorPrefix + kv.key()] = kv.value().detach().clone();
+  if (with_model)
+    for (const auto& kv : model.module().named_parameters())
+      d.tensors[kModelTensorPrefix + kv.key()] = kv.value().detach().clone();
   for (const auto& [name, t] : optim.State()) d.tensors[kOptimPrefix + name] = t.detach().clone();
   d.tensors[kRngKey] = at::detail::getDefaultCPUGenerator().get_state();
   d.blobs["step"] = std::to_string(step);
@@ -185,6 +186,10 @@ Status SaveShardedCheckpoint(comm::ProcessGroup& pg, const CheckpointTarget& t, 
   if (rank != 0) return Status::Ok();
 
   Manifest m;
+  if (!t.tensors.empty()) {
+    m.format_version = 2;
+    m.tensors = t.tensors;
+  }
   m.step = steps;
   m.world_size = world;
   m.config_hash = t.config_hash;

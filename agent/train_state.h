@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "agent/checkpoint.h"
@@ -38,9 +39,10 @@ class LossScaler;
 // and the optimiser may not. 16 hex digits, stable across builds.
 std::string ConfigHash(const TrainModel& model, const std::string& optim_kind);
 
-// Copies (never aliases) this rank's state into a shard.
+// Copies (never aliases) this rank's state into a shard; without the model
+// where another rank writes the replicated parameters once (format 2).
 ShardData CaptureTrainState(const TrainModel& model, const Optimizer& optim, const LossScaler& scaler,
-                            const DataCursor& cursor, int64_t step, const v1::JobSpec& job);
+                            const DataCursor& cursor, int64_t step, const v1::JobSpec& job, bool with_model = true);
 
 struct RestoredState {
   int64_t step = 0;
@@ -66,6 +68,9 @@ struct CheckpointTarget {
   int rank = 0;
   int world_size = 1;
   std::string config_hash;
+  // Format 2: where the tensors that are not every rank's own live (the
+  // manifest's map; PlacePartitionedState). Empty: format 1.
+  std::map<std::string, TensorPlacement> tensors;
 };
 
 // Collective: every rank writes its shard atomically under

@@ -27,6 +27,7 @@
 #include "agent/memory.h"
 #include "agent/model.h"
 #include "agent/optim.h"
+#include "agent/zero.h"
 #include "agent/peak_flops.h"
 #include "agent/precision.h"
 #include "agent/probe.h"
@@ -295,6 +296,7 @@ struct Trainer::Impl {
   double peak_flops = 0;  // MFU's denominator, measured once per process
   std::unique_ptr<Reducer> reducer;
   std::unique_ptr<Optimizer> optim;
+  ZeroOptimizer* zero = nullptr;  // optim, when it partitions its state (optim.zero_stage 1)
   std::string config_hash;
   // Set when the run continues from a checkpoint: where the loader resumes.
   std::unique_ptr<DataCursor> resume_cursor;
@@ -410,9 +412,16 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
   } catch (const c10::OutOfMemoryError& e) {
     return ResourceExhausted(who + "allocating gradient buckets: " + ErrorText(e));
   }
-  auto optim = Optimizer::Create(job.optim(), impl->params);
-  if (!optim.ok()) return WithPrefix(who, optim.status());
-  impl->optim = std::move(optim).value();
+  if (job.optim().zero_stage() == 1) {
+    auto zero = ZeroOptimizer::Create(job.optim(), impl->params, impl->rank, impl->world);
+    if (!zero.ok()) return WithPrefix(who, zero.status());
+    impl->zero = zero->get();
+    impl->optim = std::move(zero).value();
+  } else {
+    auto optim = Optimizer::Create(job.optim(), impl->params);
+    if (!optim.ok()) return WithPrefix(who, optim.status());
+    impl->optim = std::move(optim).value();
+  }
   impl->config_hash = ConfigHash(*impl->model, impl->optim->kind());
   impl->opts = std::move(opts);
   FD_RETURN_IF_ERROR(impl->Resume(who));
@@ -432,10 +441,22 @@ Status Trainer::Impl::Resume(const std::string& who) {
     if (!latest.ok()) return WithPrefix(who + "resume: ", latest.status());
     dir = *latest;
   }
+  // The optimiser's state as the checkpoint laid it out, against this job's.
+  auto manifest = ReadManifest(dir);
+  if (!manifest.ok()) return WithPrefix(who + "resume from " + dir + ": ", manifest.status());
+  const bool partitioned = !manifest->tensors.empty();
+  if (partitioned != (zero != nullptr))
+    return FailedPrecondition(
+        who + "resume from " + dir + ": " +
+        (partitioned ? "the checkpoint holds the optimiser's state partitioned across its " +
+                           std::to_string(manifest->world_size) +
+                           " ranks (ZeRO-1, format 2); resume it with optim.zero_stage=1"
+                     : std::string("the checkpoint holds each rank's whole optimiser state (format 1); resume it "
+                                   "with optim.zero_stage=0")));
   LoadExpect expect;
   expect.world_size = world;
   expect.config_hash = config_hash;
-  auto shard = LoadShard(dir, rank, expect);
+  auto shard = LoadRankState(dir, rank, world, static_cast<int64_t>(world) * opts.job.data().batch_size(), expect);
   if (!shard.ok()) return WithPrefix(who + "resume from " + dir + ": ", shard.status());
   auto parsed = ParseRestoreParts(ck.restore());
   if (!parsed.ok()) return InvalidArgument(who + "checkpoint.restore: " + parsed.status().message());
@@ -447,6 +468,10 @@ Status Trainer::Impl::Resume(const std::string& who) {
   resume_cursor = std::make_unique<DataCursor>(restored->cursor);
   // What a framework prints when it skips part of a checkpoint (Megatron's
   // "not loading optimizer state"): the one line that says so.
+  if (manifest->world_size != world)
+    spdlog::info("{}resharded {}: its {} ranks' partitions of the optimiser state cut into {} (the data position "
+                 "carried by the samples consumed)",
+                 who, dir, manifest->world_size, world);
   if (parts.All())
     spdlog::info("{}resumed from {} at step {}", who, dir, restored->step);
   else
@@ -737,7 +762,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
       auto t0 = Clock::now();
       const double optim_cpu0 = ThreadCpuMs();
       const double lr = ScheduledLr(target_lr, warmup, step);
-      double grad_sq = 0;
+      double grad_sq = 0, gather_ms = 0;
       bool found_inf = false;
       {
         std::lock_guard<std::mutex> lock(param_mu);
@@ -751,6 +776,19 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
           // Zeroing in the same pass as the update: the gradients are read
           // there anyway, and the next backward accumulates into them.
           grad_sq = optim->Step(lr, /*zero_grad=*/true);
+          if (zero != nullptr) {
+            // Every rank's updated partition into every rank's parameters:
+            // a collective the step waits for, so exposed communication.
+            phase = "parameter all-gather";
+            const auto t_g = Clock::now();
+            if (Status st = zero->Gather(pg, step); !st.ok()) return st;
+            const auto t_g1 = Clock::now();
+            gather_ms = MsSince(t_g, t_g1);
+            step_comm.exposed_ms += gather_ms;
+            step_comm.total_ms += gather_ms;
+            span("allgather params", t_g, t_g1, -1);
+            phase = "optimizer";
+          }
         }
         scaler->Update(found_inf);
       }
@@ -759,7 +797,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
       StretchSince(stretch_mark);
       auto t1 = Clock::now();
       compute_cpu_ms += ThreadCpuMs() - optim_cpu0;
-      const double optim_ms = MsSince(t0, t1);
+      const double optim_ms = MsSince(t0, t1) - gather_ms;
       span("optimizer", t0, t1, -1);
       const int64_t step_peak = PeakBytes();
 
@@ -934,7 +972,20 @@ Status Trainer::Impl::SaveCheckpoint(comm::ProcessGroup& pg, const DataLoader& l
   ShardData shard;
   {
     std::lock_guard<std::mutex> lock(param_mu);
-    shard = CaptureTrainState(*model, *optim, *scaler, loader.Cursor(), steps, opts.job);
+    // ZeRO-1: the replicated parameters once, by rank 0; every rank its
+    // partition of the optimiser's state, and the map of where each is.
+    shard = CaptureTrainState(*model, *optim, *scaler, loader.Cursor(), steps, opts.job,
+                              /*with_model=*/zero == nullptr || rank == 0);
+  }
+  std::map<std::string, TensorPlacement> placed;
+  if (zero != nullptr) {
+    std::vector<std::pair<std::string, int64_t>> params;
+    for (const auto& kv : model->module().named_parameters())
+      params.emplace_back(kModelTensorPrefix + kv.key(), kv.value().numel());
+    std::vector<std::string> state;
+    for (const auto& [name, t] : optim->State())
+      if (name != "step") state.push_back("optim/" + name);
+    placed = PlacePartitionedState(params, state, zero->layout());
   }
   CheckpointTarget t;
   t.root = opts.job.checkpoint().dir();
@@ -944,6 +995,7 @@ Status Trainer::Impl::SaveCheckpoint(comm::ProcessGroup& pg, const DataLoader& l
   t.rank = rank;
   t.world_size = world;
   t.config_hash = config_hash;
+  t.tensors = std::move(placed);
   return SaveShardedCheckpoint(pg, t, shard);
 }
 

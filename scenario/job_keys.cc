@@ -49,6 +49,9 @@ const std::vector<std::pair<std::string, C>>& Table() {
       {"data.drop_last", C::kOperational},  // the sampler's (DistributedSampler) setting
       {"data.sample_latency_ms", C::kEnvironment},  // what the storage is
       {"optim", C::kWorkload},
+      // Where the optimiser's state lives (ZeRO-1 partitions it across the
+      // ranks); the update is the same.
+      {"optim.zero_stage", C::kOperational},
       {"precision", C::kWorkload},
       {"loss_scale", C::kWorkload},
       {"grad_accum_steps", C::kWorkload},  // changes the effective batch

@@ -103,6 +103,7 @@ Check CheckOptim(const v1::OptimSpec& o, const std::string& p) {
   FD_CHECK(AtLeast(Join(p, "warmup_steps"), o.warmup_steps(), 0));
   FD_CHECK(OneOf(Join(p, "lr_scaling"), o.lr_scaling(), {"", "none", "linear", "sqrt"}));
   FD_CHECK(OneOf(Join(p, "accumulation_loss"), o.accumulation_loss(), {"", "mean", "sum"}));
+  FD_CHECK(InRange(Join(p, "zero_stage"), o.zero_stage(), 0, 1));
   if (!o.lr_scaling().empty() && o.lr_scaling() != "none") {
     return AtLeast(Join(p, "reference_global_batch"), o.reference_global_batch(), 1);
   }

@@ -5,12 +5,14 @@
 // shard and a checkpoint of a different model are refused with messages that
 // name the file and the mismatch.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -137,19 +139,19 @@ class ResumeTest : public ::testing::Test {
   }
 
   // N straight vs N/2 + save | fresh process: load + N/2.
-  void ExpectBitwiseResume(int steps) {
+  void ExpectBitwiseResume(int steps, const std::string& extra = "") {
     const std::string ck = Path("ck");
     const std::string half = std::to_string(steps / 2);
     Outcome straight = Train("--steps " + std::to_string(steps) + " --losses " + Path("a.txt") + " --params " +
-                         Path("a.bin"));
+                         Path("a.bin") + extra);
     ASSERT_EQ(straight.rc, 0) << straight.output;
     Outcome first = Train("--steps " + half + " --set checkpoint.every=" + half + " --set checkpoint.dir=" + ck +
-                      " --losses " + Path("b1.txt"));
+                      " --losses " + Path("b1.txt") + extra);
     ASSERT_EQ(first.rc, 0) << first.output;
     ASSERT_TRUE(fs::exists(ck + "/step-" + half + "/manifest.json"));
     Outcome second = Train("--steps " + half + " --set checkpoint.dir=" + ck +
                        " --set checkpoint.resume_from=latest --losses " + Path("b2.txt") + " --params " +
-                       Path("b.bin"));
+                       Path("b.bin") + extra);
     ASSERT_EQ(second.rc, 0) << second.output;
     EXPECT_NE(second.output.find("resumed from " + ck + "/step-" + half), std::string::npos) << second.output;
 
@@ -176,6 +178,109 @@ TEST_F(ResumeTest, GptTinyFp16AdamWAccumulationResumesBitwise) {
 TEST_F(ResumeTest, MlpSgdMomentumResumesBitwise) {
   WriteScenario(kMlpJob);
   ExpectBitwiseResume(16);
+}
+
+// ZeRO-1 (agent/zero.h): the optimiser's state partitioned across the
+// ranks, the checkpoint in format 2 (the parameters once, each rank's
+// partition in its shard, the manifest's map of where each lies).
+TEST_F(ResumeTest, AZeroOneCheckpointResumesBitwise) {
+  std::string job = kMlpJob;
+  const std::string sgd = "{kind: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0.001}";
+  job.replace(job.find(sgd), sgd.size(), "{kind: adamw, lr: 0.002, weight_decay: 0.01, zero_stage: 1}");
+  WriteScenario(job);
+  ExpectBitwiseResume(16);
+  const std::string m = Slurp(Path("ck") + "/step-8/manifest.json");
+  EXPECT_NE(m.find("\"format_version\": 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("\"layout\": \"partitioned\""), std::string::npos) << m;
+}
+
+// A ZeRO-1 checkpoint of 4 ranks read by 2 and back by 4: the partitions are
+// cut anew from the chunks the manifest maps (torch.distributed.checkpoint's
+// resharding), and the data position travels as the samples consumed.
+TEST_F(ResumeTest, AZeroOneCheckpointReshardsToAnotherWorldSizeAndBack) {
+  std::string job = kMlpJob;
+  job.replace(job.find("world_size: 2"), 13, "world_size: 4");
+  const std::string sgd = "{kind: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0.001}";
+  job.replace(job.find(sgd), sgd.size(), "{kind: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0.001, zero_stage: 1}");
+  WriteScenario(job);
+  const std::string a = Path("a"), b = Path("b"), c = Path("c");
+  ASSERT_EQ(Train("--steps 8 --set checkpoint.every=8 --set checkpoint.dir=" + a + " --losses " + Path("a.txt")).rc,
+            0);
+  // The uninterrupted run's next 8 steps, to hold the resharded run to.
+  ASSERT_EQ(Train("--steps 16 --losses " + Path("straight.txt")).rc, 0);
+  // 2 ranks, 2 micro-batches each: the same samples a step.
+  Outcome two = Train("--steps 8 --set world_size=2 --set grad_accum_steps=2 --checkpoint-at-start "
+                      "--set checkpoint.every=8 --set checkpoint.dir=" + b + " --set checkpoint.resume_from=" + a +
+                      "/step-8 --losses " + Path("two.txt"));
+  ASSERT_EQ(two.rc, 0) << two.output;
+  EXPECT_NE(two.output.find("resharded " + a + "/step-8: its 4 ranks' partitions"), std::string::npos) << two.output;
+  // Back at 4 ranks from what the 2-rank run put back (its step-8 save,
+  // written before its first step): every part the same as the original
+  // (the RNG of ranks 2 and 3, which the 2-rank run did not have, is rank
+  // 0's: nothing in training draws from it).
+  Outcome four = Train("--steps 1 --checkpoint-at-start --set checkpoint.every=100 --set checkpoint.dir=" + c +
+                       " --set checkpoint.resume_from=" + b + "/step-8");
+  ASSERT_EQ(four.rc, 0) << four.output;
+  const std::string diff_cmd = std::string(FIREDRILL_BIN_DIR) + "/firedrill-ckpt diff " + a + "/step-8 " + c +
+                               "/step-8 --json 2>&1";
+  std::string text;
+  FILE* p = ::popen(diff_cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
+  ::pclose(p);
+  const auto diff = nlohmann::json::parse(text, nullptr, false);
+  ASSERT_TRUE(diff.is_object() && diff.contains("parts")) << text;
+  std::map<std::string, nlohmann::json> parts;
+  for (const auto& p : diff["parts"]) parts[p["part"].get<std::string>()] = p;
+  for (const char* part : {"model", "optim", "loss_scaler", "data_cursor", "step"}) {
+    ASSERT_TRUE(parts.count(part)) << part << ": " << text;
+    EXPECT_EQ(parts[part]["differ"], 0) << part << " differs after 4 -> 2 -> 4: " << text;
+    EXPECT_GT(parts[part]["entries"].get<int>(), 0) << part;
+  }
+  EXPECT_EQ(parts["rng"]["ranks"], nlohmann::json({2, 3})) << text;
+  // The 2-rank run trains on from where the 4-rank one stopped: the same
+  // samples and the same update, summed in another order.
+  const auto straight = Losses({Path("straight.txt")});
+  const auto resharded = Losses({Path("two.txt")});
+  ASSERT_EQ(straight.size(), 4u * 16);
+  ASSERT_EQ(resharded.size(), 2u * 8);
+  auto mean_at = [](const std::vector<std::string>& lines, long step) {
+    double sum = 0;
+    int n = 0;
+    for (const auto& l : lines) {
+      int r;
+      long s;
+      char hex[64];
+      if (std::sscanf(l.c_str(), "%d %ld %63s", &r, &s, hex) == 3 && s == step) sum += std::strtod(hex, nullptr), ++n;
+    }
+    return n > 0 ? sum / n : -1.0;
+  };
+  for (long s = 8; s < 16; ++s)
+    EXPECT_NEAR(mean_at(resharded, s), mean_at(straight, s), 1e-4 * mean_at(straight, s)) << "step " << s;
+}
+
+TEST_F(ResumeTest, AZeroOneCheckpointNeedsAZeroOneJobAndACursorThatDivides) {
+  std::string job = kMlpJob;
+  const std::string sgd = "{kind: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0.001}";
+  job.replace(job.find(sgd), sgd.size(), "{kind: sgd, lr: 0.05, momentum: 0.9, zero_stage: 1}");
+  WriteScenario(job);
+  const std::string a = Path("a");
+  ASSERT_EQ(Train("--steps 3 --set checkpoint.every=3 --set checkpoint.dir=" + a).rc, 0);
+  Outcome replicated = Train("--steps 1 --set optim.zero_stage=0 --set checkpoint.resume_from=" + a + "/step-3");
+  EXPECT_NE(replicated.rc, 0);
+  EXPECT_NE(replicated.output.find("partitioned across its 2 ranks (ZeRO-1, format 2); resume it with "
+                                   "optim.zero_stage=1"),
+            std::string::npos)
+      << replicated.output;
+  // 3 steps x 2 ranks x 8 = 48 samples: not whole micro-batches of 4 x 5.
+  Outcome odd = Train("--steps 1 --set world_size=4 --set data.batch_size=5 --set checkpoint.resume_from=" + a +
+                      "/step-3");
+  EXPECT_NE(odd.rc, 0);
+  EXPECT_NE(odd.output.find("consumed 48 samples (2 ranks x 8 a micro-batch), not a whole number of this job's "
+                            "micro-batches of 20"),
+            std::string::npos)
+      << odd.output;
 }
 
 // resume_without_state's signature against the same job resumed whole: a

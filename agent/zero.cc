@@ -1,0 +1,242 @@
+#include "agent/zero.h"
+
+#include <ATen/ATen.h>
+#include <google/protobuf/text_format.h>
+
+#include "agent/comm/process_group.h"
+#include "agent/data.h"
+#include "agent/error_text.h"
+
+namespace firedrill::agent {
+
+ZeroLayout MakeZeroLayout(int64_t numel, int world) {
+  ZeroLayout l;
+  l.numel = numel;
+  l.world = std::max(1, world);
+  l.chunk = (numel + l.world - 1) / l.world;
+  return l;
+}
+
+ZeroOptimizer::ZeroOptimizer(std::vector<at::Tensor> params, ZeroLayout layout, int rank)
+    : params_(std::move(params)), layout_(layout), rank_(rank) {}
+
+StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(const v1::OptimSpec& spec,
+                                                               std::vector<at::Tensor> params, int rank,
+                                                               int world) {
+  int64_t n = 0;
+  for (const auto& p : params) {
+    if (p.scalar_type() != at::kFloat)
+      return InvalidArgument("optim.zero_stage 1 partitions fp32 master parameters; one is " +
+                             std::string(c10::toString(p.scalar_type())));
+    n += p.numel();
+  }
+  const ZeroLayout layout = MakeZeroLayout(n, world);
+  if (rank < 0 || rank >= layout.world)
+    return InvalidArgument("rank " + std::to_string(rank) + " outside the world");
+  std::unique_ptr<ZeroOptimizer> z(new ZeroOptimizer(std::move(params), layout, rank));
+  try {
+    const int64_t mine = layout.End(rank) - layout.Begin(rank);
+    z->own_ = at::zeros({mine}, at::kFloat);
+    z->own_.mutable_grad() = at::zeros({mine}, at::kFloat);
+  } catch (const std::exception& e) {
+    return ResourceExhausted("allocating this rank's ZeRO partition: " + ErrorText(e));
+  }
+  auto inner = Optimizer::Create(spec, {z->own_});
+  if (!inner.ok()) return inner.status();
+  z->inner_ = std::move(inner).value();
+  return z;
+}
+
+void ZeroOptimizer::Slice(const std::vector<at::Tensor>& from, at::Tensor& to) const {
+  const int64_t begin = layout_.Begin(rank_), end = layout_.End(rank_);
+  int64_t offset = 0;  // of parameter k in the flattened index space
+  for (size_t k = 0; k < params_.size() && offset < end; ++k) {
+    const int64_t n = params_[k].numel();
+    const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + n);
+    if (lo < hi) {
+      at::Tensor dst = to.narrow(0, lo - begin, hi - lo);
+      if (from[k].defined()) {
+        dst.copy_(from[k].detach().reshape({-1}).narrow(0, lo - offset, hi - lo));
+      } else {
+        dst.zero_();  // a parameter without a gradient: as if zero
+      }
+    }
+    offset += n;
+  }
+}
+
+double ZeroOptimizer::Step(double lr, bool zero_grad) {
+  at::NoGradGuard no_grad;
+  // The parameters are the authority (a restore or the start-of-run
+  // broadcast wrote them): this rank's chunk of them, and of their averaged
+  // gradients.
+  std::vector<at::Tensor> grads(params_.size());
+  double sum = 0;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    grads[k] = params_[k].grad();
+    if (grads[k].defined() && grads[k].numel() > 0) {
+      const double g = grads[k].norm().item<double>();
+      sum += g * g;
+    }
+  }
+  Slice(params_, own_);
+  at::Tensor g = own_.mutable_grad();
+  Slice(grads, g);
+  (void)inner_->Step(lr, /*zero_grad=*/true);
+  if (zero_grad)
+    for (auto& gk : grads)
+      if (gk.defined()) gk.zero_();
+  return sum;
+}
+
+Status ZeroOptimizer::Gather(comm::ProcessGroup& pg, int64_t step) {
+  at::NoGradGuard no_grad;
+  at::Tensor send, all;
+  try {
+    send = at::zeros({layout_.chunk}, at::kFloat);  // the last rank's chunk is short: padded
+    send.narrow(0, 0, own_.numel()).copy_(own_);
+    all = at::empty({layout_.chunk * layout_.world}, at::kFloat);
+  } catch (const std::exception& e) {
+    return ResourceExhausted("rank " + std::to_string(rank_) + " step " + std::to_string(step) +
+                             ": allocating the ZeRO all-gather: " + ErrorText(e));
+  }
+  FD_RETURN_IF_ERROR(pg.AllGather(send, all, step));
+  int64_t offset = 0;
+  for (auto& p : params_) {
+    const int64_t n = p.numel();
+    p.detach().view({-1}).copy_(all.narrow(0, offset, n));
+    offset += n;
+  }
+  return Status::Ok();
+}
+
+Status ZeroOptimizer::LoadStateUnchecked(const std::vector<std::pair<std::string, at::Tensor>>& state) {
+  return inner_->LoadState(state);
+}
+
+std::map<std::string, TensorPlacement> PlacePartitionedState(
+    const std::vector<std::pair<std::string, int64_t>>& model, const std::vector<std::string>& state,
+    const ZeroLayout& layout) {
+  std::map<std::string, TensorPlacement> out;
+  for (const auto& [name, numel] : model) out[name] = {"once", numel, {{ShardFileName(0), 0, numel}}};
+  for (const auto& name : state) {
+    TensorPlacement p{"partitioned", layout.numel, {}};
+    for (int r = 0; r < layout.world; ++r)
+      p.chunks.push_back({ShardFileName(r), layout.Begin(r), layout.End(r) - layout.Begin(r)});
+    out[name] = std::move(p);
+  }
+  return out;
+}
+
+namespace {
+
+// "rank-3.pt" -> 3; -1 if not a shard name.
+int RankOfFile(const std::string& file) {
+  if (file.rfind("rank-", 0) != 0 || file.size() < 9 || file.compare(file.size() - 3, 3, ".pt") != 0)
+    return -1;
+  try {
+    return std::stoi(file.substr(5, file.size() - 8));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// The data cursor of a job at another world size: the same samples
+// consumed, in the loading job's micro-batches.
+StatusOr<std::string> CarryCursor(const ShardData& own, const Manifest& m, int64_t samples_per_batch,
+                                  const std::string& step_dir) {
+  auto cursor_text = own.blobs.find("data_cursor");
+  auto job_text = own.blobs.find("job");
+  if (cursor_text == own.blobs.end() || job_text == own.blobs.end())
+    return DataLoss("checkpoint " + step_dir + ": a shard without its data cursor or job");
+  auto cursor = DataCursor::Parse(cursor_text->second);
+  if (!cursor.ok()) return DataLoss("checkpoint " + step_dir + ": " + cursor.status().message());
+  v1::JobSpec saved;
+  if (!google::protobuf::TextFormat::ParseFromString(job_text->second, &saved) ||
+      saved.data().batch_size() <= 0)
+    return DataLoss("checkpoint " + step_dir + ": its job settings do not parse");
+  const int64_t consumed = cursor->next_batch * m.world_size * saved.data().batch_size();
+  if (samples_per_batch <= 0 || consumed % samples_per_batch != 0)
+    return FailedPrecondition(
+        "checkpoint " + step_dir + " consumed " + std::to_string(consumed) + " samples (" +
+        std::to_string(m.world_size) + " ranks x " + std::to_string(saved.data().batch_size()) +
+        " a micro-batch), not a whole number of this job's micro-batches of " +
+        std::to_string(samples_per_batch) + ": its data position cannot be carried over");
+  DataCursor carried;
+  carried.next_batch = consumed / samples_per_batch;
+  carried.fingerprint = 0;  // another world size: the loader's fingerprint differs by design
+  return carried.Serialize();
+}
+
+}  // namespace
+
+StatusOr<ShardData> LoadRankState(const std::string& step_dir, int rank, int world, int64_t samples_per_batch,
+                                  const LoadExpect& expect) {
+  auto m = ReadManifest(step_dir);
+  if (!m.ok()) return m.status();
+  if (m->format_version < 2 || m->tensors.empty()) {
+    LoadExpect e = expect;
+    e.world_size = world;
+    return LoadShard(step_dir, rank, e);
+  }
+  // Every shard read is checked as a resume checks it; the world size is
+  // free (that is the point), the configuration is not.
+  LoadExpect any_world = expect;
+  any_world.world_size = 0;
+  std::map<std::string, ShardData> loaded;  // by file
+  auto shard = [&](const std::string& file) -> StatusOr<const ShardData*> {
+    if (auto it = loaded.find(file); it != loaded.end()) return &it->second;
+    const int r = RankOfFile(file);
+    if (r < 0) return DataLoss("checkpoint " + step_dir + ": the manifest maps a tensor to '" + file + "'");
+    auto s = LoadShard(step_dir, r, any_world);
+    if (!s.ok()) return s.status();
+    return &(loaded[file] = std::move(s).value());
+  };
+  const std::string own_file = ShardFileName(rank < m->world_size ? rank : 0);
+  auto own = shard(own_file);
+  if (!own.ok()) return own.status();
+  ShardData out = **own;  // tensors share storage with the cache: copied below where assembled
+  try {
+    for (const auto& [name, p] : m->tensors) {
+      out.tensors.erase(name);  // the old rank's chunk, or its copy of a tensor stored once
+      if (p.layout == "once") {
+        auto from = shard(p.chunks.front().file);
+        if (!from.ok()) return from.status();
+        auto it = (*from)->tensors.find(name);
+        if (it == (*from)->tensors.end())
+          return DataLoss("checkpoint " + step_dir + ": " + p.chunks.front().file + " holds no " + name +
+                          ", which the manifest places there");
+        out.tensors[name] = it->second;
+        continue;
+      }
+      const ZeroLayout l = MakeZeroLayout(p.numel, world);
+      const int64_t begin = l.Begin(rank), end = l.End(rank);
+      at::Tensor part;
+      for (const auto& c : p.chunks) {
+        const int64_t lo = std::max(begin, c.offset), hi = std::min(end, c.offset + c.numel);
+        if (lo >= hi) continue;
+        auto from = shard(c.file);
+        if (!from.ok()) return from.status();
+        auto it = (*from)->tensors.find(name);
+        if (it == (*from)->tensors.end() || it->second.dim() != 1 || it->second.numel() != c.numel)
+          return DataLoss("checkpoint " + step_dir + ": " + c.file + " does not hold the " +
+                          std::to_string(c.numel) + " elements of " + name + " the manifest places there");
+        if (!part.defined()) part = at::empty({end - begin}, it->second.options());
+        part.narrow(0, lo - begin, hi - lo).copy_(it->second.narrow(0, lo - c.offset, hi - lo));
+      }
+      if (!part.defined()) part = at::empty({end - begin}, at::kFloat);  // an empty partition
+      out.tensors[name] = part;
+    }
+  } catch (const std::exception& e) {
+    return Internal("assembling rank " + std::to_string(rank) + "'s state from " + step_dir + ": " +
+                    ErrorText(e));
+  }
+  if (world != m->world_size) {
+    auto carried = CarryCursor(out, *m, samples_per_batch, step_dir);
+    if (!carried.ok()) return carried.status();
+    out.blobs["data_cursor"] = *carried;
+  }
+  return out;
+}
+
+}  // namespace firedrill::agent
