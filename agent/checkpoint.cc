@@ -276,13 +276,15 @@ std::string ValidateManifest(const Manifest& m) {
       return "tensor " + name + " has layout '" + p.layout + "' (once or partitioned)";
     if (p.layout == "once" && p.chunks.size() != 1) return "tensor " + name + " is stored once, in " +
                                                           std::to_string(p.chunks.size()) + " chunks";
+    if (p.numel < 0) return "tensor " + name + " has " + std::to_string(p.numel) + " elements";
     int64_t next = 0;  // the chunks tile [0, numel) in order
     for (const auto& c : p.chunks) {
       const bool listed = std::any_of(m.shards.begin(), m.shards.end(), [&](const ShardInfo& s) { return s.file == c.file; });
       if (!listed) return "tensor " + name + " has a chunk in '" + c.file + "', which is not a shard of the checkpoint";
-      if (c.offset != next || c.numel < 0)
+      if (c.offset != next || c.numel < 0 || c.numel > p.numel - next)
         return "tensor " + name + ": chunk at " + std::to_string(c.offset) + " (" + std::to_string(c.numel) +
-               " elements) does not follow the one before, which ends at " + std::to_string(next);
+               " elements) does not follow the one before, which ends at " + std::to_string(next) +
+               ", inside its " + std::to_string(p.numel) + " elements";
       next += c.numel;
     }
     if (next != p.numel) return "tensor " + name + ": the chunks hold " + std::to_string(next) + " of its " +

@@ -190,7 +190,12 @@ Status WriteSafetensors(const std::map<std::string, at::Tensor>& tensors, const 
     offset += n;
     data.push_back(std::move(c));
   }
-  std::string text = header.dump();
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(std::string("the safetensors header: ") + e.what());
+  }
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   char len[8];
   for (int i = 0; i < 8; ++i)
@@ -220,8 +225,33 @@ const char* StateDictFormatName(StateDictFormat format) {
   return format == StateDictFormat::kSafetensors ? "safetensors" : "torch";
 }
 
+namespace {
+
+// Both formats store names as UTF-8 (the pickle's BINUNICODE, the
+// safetensors header's JSON): one that is not would make a file Python
+// cannot read, or throw out of the JSON writer.
+bool IsUtf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
+    i += n;
+  }
+  return true;
+}
+
+}  // namespace
+
+// Both formats are little-endian on disk and written here from memory.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "state dict files are written in the host's byte order");
+
 Status WriteStateDict(const std::map<std::string, at::Tensor>& tensors, StateDictFormat format,
                       const ByteWriter& write) {
+  for (const auto& entry : tensors)
+    if (!IsUtf8(entry.first)) return InvalidArgument("a tensor name is not UTF-8, which both formats need");
   return format == StateDictFormat::kSafetensors ? WriteSafetensors(tensors, write)
                                                  : WriteTorch(tensors, write);
 }

@@ -251,6 +251,42 @@ TEST_F(CheckpointTest, WriteManifestRefusesAMissingShard) {
   EXPECT_FALSE(fs::exists(dir + "/manifest.json"));
 }
 
+// Format 2's map: each tensor's chunks tile [0, numel) in order, in shards
+// of the checkpoint; anything else is refused before it is written (and a
+// read checks the same), also sizes whose sum would overflow.
+TEST_F(CheckpointTest, AFormatTwoMapMustTileEachTensorOnce) {
+  const std::string dir = StepDir(root_, 7);
+  Manifest m;
+  m.step = 7;
+  m.world_size = 2;
+  m.format_version = 2;
+  for (int r = 0; r < 2; ++r) {
+    ShardInfo info;
+    ASSERT_TRUE(WriteShard(dir, r, MakeShard(r, 7), &info).ok());
+    m.shards.push_back(info);
+  }
+  auto with = [&](TensorPlacement p) {
+    Manifest x = m;
+    x.tensors["optim/momentum_buffer.0"] = std::move(p);
+    return WriteManifest(dir, x);
+  };
+  EXPECT_TRUE(with({"partitioned", 10, {{"rank-0.pt", 0, 5}, {"rank-1.pt", 5, 5}}}).ok());
+  const int64_t big = int64_t{1} << 62;
+  const std::vector<std::pair<TensorPlacement, std::string>> bad = {
+      {{"partitioned", 10, {{"rank-0.pt", 0, 5}, {"rank-1.pt", 6, 4}}}, "does not follow the one before"},
+      {{"partitioned", 10, {{"rank-0.pt", 0, 5}, {"rank-1.pt", 5, 4}}}, "the chunks hold 9 of its 10 elements"},
+      {{"partitioned", 10, {{"rank-0.pt", 0, 5}, {"rank-2.pt", 5, 5}}}, "which is not a shard of the checkpoint"},
+      {{"partitioned", 10, {{"rank-0.pt", 0, big}, {"rank-1.pt", big, big}}}, "inside its 10 elements"},
+      {{"partitioned", -4, {}}, "has -4 elements"},
+      {{"once", 10, {{"rank-0.pt", 0, 5}, {"rank-1.pt", 5, 5}}}, "is stored once, in 2 chunks"},
+      {{"striped", 10, {{"rank-0.pt", 0, 10}}}, "has layout 'striped'"},
+  };
+  for (const auto& [p, want] : bad) {
+    const Status st = with(p);
+    EXPECT_NE(st.message().find(want), std::string::npos) << want << ": " << st.ToString();
+  }
+}
+
 TEST_F(CheckpointTest, RewritingAStepRetractsTheOldManifest) {
   const std::string dir = Write(10);
   ASSERT_TRUE(WriteShard(dir, 1, MakeShard(1, 99), nullptr).ok());
@@ -567,6 +603,14 @@ TEST(StateDictFile, SafetensorsHeaderIsAlignedAndTheDataFollowsInNameOrder) {
                 .message()
                 .find("tensor z has dtype"),
             std::string::npos);
+  // So is a name that is not UTF-8, in either format, before a byte is written.
+  for (const auto format : {StateDictFormat::kTorch, StateDictFormat::kSafetensors}) {
+    std::string written;
+    const Status st = WriteStateDict({{"w\xff", at::zeros({2})}}, format,
+                                     [&](const char* p, size_t n) { written.append(p, n); });
+    EXPECT_NE(st.message().find("not UTF-8"), std::string::npos) << st.message();
+    EXPECT_TRUE(written.empty());
+  }
 }
 
 TEST_F(CheckpointTest, ExportRefusesADamagedCheckpoint) {
