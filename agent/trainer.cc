@@ -453,14 +453,25 @@ Status Trainer::Impl::Resume(const std::string& who) {
                            " ranks (ZeRO-1, format 2); resume it with optim.zero_stage=1"
                      : std::string("the checkpoint holds each rank's whole optimiser state (format 1); resume it "
                                    "with optim.zero_stage=0")));
-  LoadExpect expect;
-  expect.world_size = world;
-  expect.config_hash = config_hash;
-  auto shard = LoadRankState(dir, rank, world, static_cast<int64_t>(world) * opts.job.data().batch_size(), expect);
-  if (!shard.ok()) return WithPrefix(who + "resume from " + dir + ": ", shard.status());
+  // DeepSpeed's words for the same refusal: "The checkpoint being loaded
+  // used a DP world size of 4 but the current world size is 2".
+  if (partitioned && ck.load() == "per_rank" && manifest->world_size != world)
+    return FailedPrecondition(
+        who + "resume from " + dir + ": the checkpoint was saved with a data-parallel world size of " +
+        std::to_string(manifest->world_size) + " and this job has " + std::to_string(world) + " ranks: " +
+        (rank < manifest->world_size
+             ? ShardFileName(rank) + " holds 1/" + std::to_string(manifest->world_size) +
+                   " of the optimiser state, not the 1/" + std::to_string(world) + " this rank needs"
+             : "it has no " + ShardFileName(rank)) +
+        ", and a per-rank load (checkpoint.load: per_rank) does not partition the state anew");
   auto parsed = ParseRestoreParts(ck.restore());
   if (!parsed.ok()) return InvalidArgument(who + "checkpoint.restore: " + parsed.status().message());
   const RestoreParts parts = *parsed;
+  LoadExpect expect;
+  expect.world_size = world;
+  expect.config_hash = config_hash;
+  auto shard = LoadRankState(dir, rank, opts.job, expect, parts.data);
+  if (!shard.ok()) return WithPrefix(who + "resume from " + dir + ": ", shard.status());
   std::lock_guard<std::mutex> lock(param_mu);
   auto restored = RestoreTrainState(*shard, *model, *optim, *scaler, parts);
   if (!restored.ok()) return WithPrefix(who + "resume from " + dir + ": ", restored.status());

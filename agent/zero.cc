@@ -142,8 +142,14 @@ int RankOfFile(const std::string& file) {
 }
 
 // The data cursor of a job at another world size: the same samples
-// consumed, in the loading job's micro-batches.
-StatusOr<std::string> CarryCursor(const ShardData& own, const Manifest& m, int64_t samples_per_batch,
+// consumed, in the loading job's micro-batches. Only where that names the
+// same samples: the data settings other than the batch's shape must be the
+// checkpoint's (the loaders' fingerprints differ by world size and batch,
+// so they are compared here without them), and a finite dataset's position
+// is carried within its first epoch only, a token dataset's by a random
+// sampler only (an epoch's length, and a length-bucketed order, depend on
+// the global batch).
+StatusOr<std::string> CarryCursor(const ShardData& own, const Manifest& m, const v1::JobSpec& job,
                                   const std::string& step_dir) {
   auto cursor_text = own.blobs.find("data_cursor");
   auto job_text = own.blobs.find("job");
@@ -155,7 +161,35 @@ StatusOr<std::string> CarryCursor(const ShardData& own, const Manifest& m, int64
   if (!google::protobuf::TextFormat::ParseFromString(job_text->second, &saved) ||
       saved.data().batch_size() <= 0)
     return DataLoss("checkpoint " + step_dir + ": its job settings do not parse");
+  auto cant = [&](const std::string& why) {
+    return FailedPrecondition("checkpoint " + step_dir + " was written by " + std::to_string(m.world_size) +
+                              " ranks: " + why + ": its data position cannot be carried over to " +
+                              std::to_string(job.world_size()) + " ranks (checkpoint.restore without data "
+                              "starts the data afresh)");
+  };
+  auto then = DataOptionsFromJob(saved, 0, 0, 1);
+  auto now = DataOptionsFromJob(job, 0, 0, 1);
+  if (!then.ok()) return cant("its data settings: " + then.status().message());
+  if (!now.ok()) return now.status();
+  then->world_size = now->world_size;
+  then->batch_size = now->batch_size;
+  if (DataFingerprint(*then, nullptr) != DataFingerprint(*now, nullptr) || then->source != now->source ||
+      then->vocab_size != now->vocab_size || saved.data().seed() != job.data().seed() ||
+      saved.data().dataset_size() != job.data().dataset_size())
+    return cant("its data settings other than the batch differ from this job's");
+  if (now->kind == DataKind::kTokens) {
+    if (now->sampler == Sampler::kLengthBucketed) return cant("a length-bucketed order depends on the global batch");
+    if (cursor->epoch != 0)
+      return cant("it is in epoch " + std::to_string(cursor->epoch) +
+                  ", and how many steps an epoch has depends on the global batch");
+  }
+  const int64_t samples_per_batch = static_cast<int64_t>(job.world_size()) * job.data().batch_size();
   const int64_t consumed = cursor->next_batch * m.world_size * saved.data().batch_size();
+  if (now->kind == DataKind::kClassification && job.data().dataset_size() > 0 &&
+      consumed >= job.data().dataset_size())
+    return cant("it consumed " + std::to_string(consumed) + " samples of a dataset of " +
+                std::to_string(job.data().dataset_size()) +
+                ", and how many steps an epoch has depends on the global batch");
   if (samples_per_batch <= 0 || consumed % samples_per_batch != 0)
     return FailedPrecondition(
         "checkpoint " + step_dir + " consumed " + std::to_string(consumed) + " samples (" +
@@ -164,14 +198,15 @@ StatusOr<std::string> CarryCursor(const ShardData& own, const Manifest& m, int64
         std::to_string(samples_per_batch) + ": its data position cannot be carried over");
   DataCursor carried;
   carried.next_batch = consumed / samples_per_batch;
-  carried.fingerprint = 0;  // another world size: the loader's fingerprint differs by design
+  carried.fingerprint = 0;  // the loader's own covers world size and batch: compared above without them
   return carried.Serialize();
 }
 
 }  // namespace
 
-StatusOr<ShardData> LoadRankState(const std::string& step_dir, int rank, int world, int64_t samples_per_batch,
-                                  const LoadExpect& expect) {
+StatusOr<ShardData> LoadRankState(const std::string& step_dir, int rank, const v1::JobSpec& job,
+                                  const LoadExpect& expect, bool carry_data) {
+  const int world = job.world_size();
   auto m = ReadManifest(step_dir);
   if (!m.ok()) return m.status();
   if (m->format_version < 2 || m->tensors.empty()) {
@@ -209,6 +244,19 @@ StatusOr<ShardData> LoadRankState(const std::string& step_dir, int rank, int wor
         out.tensors[name] = it->second;
         continue;
       }
+      // Only the layout ZeroOptimizer writes: a chunk's bytes do not say
+      // which range they are, so a map that swapped two equal chunks would
+      // otherwise load them swapped.
+      const ZeroLayout written = MakeZeroLayout(p.numel, m->world_size);
+      bool as_written = p.chunks.size() == static_cast<size_t>(m->world_size);
+      for (int r = 0; as_written && r < m->world_size; ++r) {
+        const TensorChunk& c = p.chunks[r];
+        as_written = c.file == ShardFileName(r) && c.offset == written.Begin(r) &&
+                     c.numel == written.End(r) - written.Begin(r);
+      }
+      if (!as_written)
+        return DataLoss("checkpoint " + step_dir + ": the manifest maps " + name + " to chunks other than the " +
+                        std::to_string(m->world_size) + " ranks' partitions, in rank order, that ZeRO-1 writes");
       const ZeroLayout l = MakeZeroLayout(p.numel, world);
       const int64_t begin = l.Begin(rank), end = l.End(rank);
       at::Tensor part;
@@ -221,6 +269,9 @@ StatusOr<ShardData> LoadRankState(const std::string& step_dir, int rank, int wor
         if (it == (*from)->tensors.end() || it->second.dim() != 1 || it->second.numel() != c.numel)
           return DataLoss("checkpoint " + step_dir + ": " + c.file + " does not hold the " +
                           std::to_string(c.numel) + " elements of " + name + " the manifest places there");
+        if (it->second.scalar_type() != at::kFloat)
+          return DataLoss("checkpoint " + step_dir + ": " + c.file + " holds " + name + " as " +
+                          std::string(c10::toString(it->second.scalar_type())) + ", not fp32");
         if (!part.defined()) part = at::empty({end - begin}, it->second.options());
         part.narrow(0, lo - begin, hi - lo).copy_(it->second.narrow(0, lo - c.offset, hi - lo));
       }
@@ -231,8 +282,8 @@ StatusOr<ShardData> LoadRankState(const std::string& step_dir, int rank, int wor
     return Internal("assembling rank " + std::to_string(rank) + "'s state from " + step_dir + ": " +
                     ErrorText(e));
   }
-  if (world != m->world_size) {
-    auto carried = CarryCursor(out, *m, samples_per_batch, step_dir);
+  if (world != m->world_size && carry_data) {
+    auto carried = CarryCursor(out, *m, job, step_dir);
     if (!carried.ok()) return carried.status();
     out.blobs["data_cursor"] = *carried;
   }

@@ -121,10 +121,12 @@ std::map<std::string, TensorPlacement> PlacePartitionedState(
 // (at another world size than the checkpoint's, other chunks: a reshard),
 // the rest (RNG, loss scale, step, data cursor) from this rank's own shard,
 // or rank 0's for a rank the checkpoint did not have. At another world size
-// the data cursor is carried by the samples consumed: `samples_per_batch`
-// is the loading job's world x per-rank batch, what one of its micro-batch
-// indices covers. Every shard read is verified (size, SHA-256).
-StatusOr<ShardData> LoadRankState(const std::string& step_dir, int rank, int world, int64_t samples_per_batch,
-                                  const LoadExpect& expect);
+// than the checkpoint's, with `carry_data`, the data cursor is carried by
+// the samples consumed into `job`'s micro-batches (FailedPrecondition where
+// that would not name the same samples: see CarryCursor); without it the
+// cursor is left as saved (a resume that does not restore the data).
+// Every shard read is verified (size, SHA-256).
+StatusOr<ShardData> LoadRankState(const std::string& step_dir, int rank, const v1::JobSpec& job,
+                                  const LoadExpect& expect, bool carry_data = true);
 
 }  // namespace firedrill::agent

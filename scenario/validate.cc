@@ -137,6 +137,7 @@ Check CheckJob(const v1::JobSpec& j, const std::string& p) {
   FD_CHECK(AtLeast(Join(p, "checkpoint.keep_period"), j.checkpoint().keep_period(), 0));
   if (auto parts = ParseRestoreParts(j.checkpoint().restore()); !parts.ok())
     return Fail(Join(p, "checkpoint.restore"), parts.status().message());
+  FD_CHECK(OneOf(Join(p, "checkpoint.load"), j.checkpoint().load(), {"", "resharded", "per_rank"}));
   FD_CHECK(AtLeast(Join(p, "elastic.max_restarts"), j.elastic().max_restarts(), 0));
   if (j.elastic().max_restarts() > 10)
     return Fail(Join(p, "elastic.max_restarts"), "must be at most 10 (each restart relaunches every rank), got " +

@@ -273,6 +273,21 @@ TEST_F(ResumeTest, AZeroOneCheckpointNeedsAZeroOneJobAndACursorThatDivides) {
                                    "optim.zero_stage=1"),
             std::string::npos)
       << replicated.output;
+  // A per-rank load takes its own shard as its partition: fine at the
+  // world size that wrote it, refused at another (where the resharding
+  // load above carries on).
+  Outcome same = Train("--steps 1 --set checkpoint.load=per_rank --set checkpoint.resume_from=" + a + "/step-3");
+  EXPECT_EQ(same.rc, 0) << same.output;
+  Outcome shrunk = Train("--steps 1 --set world_size=1 --set data.batch_size=16 --set checkpoint.load=per_rank "
+                         "--set checkpoint.resume_from=" + a + "/step-3");
+  EXPECT_NE(shrunk.rc, 0);
+  EXPECT_NE(shrunk.output.find("saved with a data-parallel world size of 2 and this job has 1 ranks: rank-0.pt "
+                               "holds 1/2 of the optimiser state, not the 1/1 this rank needs"),
+            std::string::npos)
+      << shrunk.output;
+  Outcome resharded = Train("--steps 1 --set world_size=1 --set data.batch_size=16 --set checkpoint.load=resharded "
+                            "--set checkpoint.resume_from=" + a + "/step-3");
+  EXPECT_EQ(resharded.rc, 0) << resharded.output;
   // 3 steps x 2 ranks x 8 = 48 samples: not whole micro-batches of 4 x 5.
   Outcome odd = Train("--steps 1 --set world_size=4 --set data.batch_size=5 --set checkpoint.resume_from=" + a +
                       "/step-3");
@@ -281,6 +296,59 @@ TEST_F(ResumeTest, AZeroOneCheckpointNeedsAZeroOneJobAndACursorThatDivides) {
                             "micro-batches of 20"),
             std::string::npos)
       << odd.output;
+}
+
+// A reshard carries the data position as the samples consumed only where
+// that names the same samples: within a finite dataset's first epoch (its
+// epochs' length depends on the global batch), with the same data settings
+// but for the batch's shape; a resume that leaves the data out carries
+// nothing. And the manifest's map is taken only as ZeRO-1 writes it: two
+// shards swapped in it would otherwise load each other's partitions.
+TEST_F(ResumeTest, AReshardCarriesTheDataPositionOnlyWhereItNamesTheSameSamples) {
+  std::string job = kMlpJob;
+  const std::string sgd = "{kind: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0.001}";
+  job.replace(job.find(sgd), sgd.size(), "{kind: sgd, lr: 0.05, momentum: 0.9, zero_stage: 1}");
+  const std::string data = "{batch_size: 8, num_workers: 2}";
+  job.replace(job.find(data), data.size(), "{batch_size: 8, num_workers: 2, dataset_size: 64}");
+  WriteScenario(job);
+  const std::string a = Path("a"), b = Path("b");
+  ASSERT_EQ(Train("--steps 3 --set checkpoint.every=3 --set checkpoint.dir=" + a).rc, 0);  // 48 of 64 samples
+  ASSERT_EQ(Train("--steps 6 --set checkpoint.every=6 --set checkpoint.dir=" + b).rc, 0);  // 96: the second epoch
+  const std::string one = "--steps 1 --set world_size=1 --set data.batch_size=16 ";
+  Outcome first_epoch = Train(one + "--set checkpoint.resume_from=" + a + "/step-3");
+  EXPECT_EQ(first_epoch.rc, 0) << first_epoch.output;
+  Outcome second_epoch = Train(one + "--set checkpoint.resume_from=" + b + "/step-6");
+  EXPECT_NE(second_epoch.rc, 0);
+  EXPECT_NE(second_epoch.output.find("it consumed 96 samples of a dataset of 64, and how many steps an epoch has "
+                                     "depends on the global batch: its data position cannot be carried over to 1 "
+                                     "ranks"),
+            std::string::npos)
+      << second_epoch.output;
+  Outcome reseeded = Train(one + "--set data.seed=99 --set checkpoint.resume_from=" + a + "/step-3");
+  EXPECT_NE(reseeded.rc, 0);
+  EXPECT_NE(reseeded.output.find("its data settings other than the batch differ from this job's"), std::string::npos)
+      << reseeded.output;
+  Outcome fresh_data = Train(one + "--set data.seed=99 --set checkpoint.restore=model,optim,rng "
+                                   "--set checkpoint.resume_from=" + a + "/step-3");
+  EXPECT_EQ(fresh_data.rc, 0) << fresh_data.output;
+
+  const std::string manifest = a + "/step-3/manifest.json";
+  auto m = nlohmann::json::parse(Slurp(manifest), nullptr, false);
+  ASSERT_TRUE(m.is_object() && m.contains("tensors")) << Slurp(manifest);
+  bool swapped = false;
+  for (auto& [name, t] : m["tensors"].items()) {
+    if (t["layout"] != "partitioned" || swapped) continue;
+    ASSERT_EQ(t["chunks"].size(), 2u) << name;
+    std::swap(t["chunks"][0]["file"], t["chunks"][1]["file"]);
+    swapped = true;
+  }
+  ASSERT_TRUE(swapped) << Slurp(manifest);
+  std::ofstream(manifest, std::ios::trunc) << m.dump(2);
+  Outcome mixed = Train("--steps 1 --set checkpoint.resume_from=" + a + "/step-3");
+  EXPECT_NE(mixed.rc, 0);
+  EXPECT_NE(mixed.output.find("to chunks other than the 2 ranks' partitions, in rank order, that ZeRO-1 writes"),
+            std::string::npos)
+      << mixed.output;
 }
 
 // resume_without_state's signature against the same job resumed whole: a

@@ -20,7 +20,7 @@ TEST(JobKeys, TheWorkloadIsWhatIsTrainedAndTheRestIsHowItRuns) {
     EXPECT_EQ(ClassOfJobKey(k), JobKeyClass::kWorkload) << k;
   for (const char* k : {"data.num_workers", "data.prefetch_depth", "data.sampler", "data.drop_last",
                         "comm.bucket_mb", "comm.timeout_s", "comm.socket_ifname", "comm.transport",
-                        "checkpoint.every", "threads_per_rank", "model.activation_checkpointing"})
+                        "checkpoint.every", "checkpoint.load", "threads_per_rank", "model.activation_checkpointing"})
     EXPECT_EQ(ClassOfJobKey(k), JobKeyClass::kOperational) << k;
   for (const char* k : {"data.sample_latency_ms", "memory.device_budget_mb"})
     EXPECT_EQ(ClassOfJobKey(k), JobKeyClass::kEnvironment) << k;

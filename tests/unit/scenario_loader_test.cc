@@ -429,7 +429,8 @@ TEST(ScenarioLoader, EveryEnumLikeKeyRefusesATypo) {
   auto sc = LoadScenarioFile(FIREDRILL_SOURCE_DIR "/scenarios/throughput-halved.yaml");
   ASSERT_TRUE(sc.ok()) << sc.status().message();
   for (const char* key : {"model.kind", "data.sampler", "data.source", "optim.kind", "optim.lr_scaling", "precision",
-                          "loss_scale.mode", "comm.backend", "comm.transport"}) {
+                          "loss_scale.mode", "comm.backend", "comm.transport", "comm.accumulation_sync",
+                          "checkpoint.load"}) {
     v1::JobSpec job = sc->job();
     const Status st = ApplyJobSetting(&job, key, "glo");
     EXPECT_FALSE(st.ok()) << key;
