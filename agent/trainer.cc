@@ -480,9 +480,9 @@ Status Trainer::Impl::Resume(const std::string& who) {
   // What a framework prints when it skips part of a checkpoint (Megatron's
   // "not loading optimizer state"): the one line that says so.
   if (manifest->world_size != world)
-    spdlog::info("{}resharded {}: its {} ranks' partitions of the optimiser state cut into {} (the data position "
-                 "carried by the samples consumed)",
-                 who, dir, manifest->world_size, world);
+    spdlog::info("{}resharded {}: its {} ranks' partitions of the optimiser state cut into {} ({})", who, dir,
+                 manifest->world_size, world,
+                 parts.data ? "the data position carried by the samples consumed" : "the data position not restored");
   if (parts.All())
     spdlog::info("{}resumed from {} at step {}", who, dir, restored->step);
   else

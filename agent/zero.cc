@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
+
 #include "agent/comm/process_group.h"
 #include "agent/data.h"
 #include "agent/error_text.h"
@@ -130,17 +132,6 @@ std::map<std::string, TensorPlacement> PlacePartitionedState(
 
 namespace {
 
-// "rank-3.pt" -> 3; -1 if not a shard name.
-int RankOfFile(const std::string& file) {
-  if (file.rfind("rank-", 0) != 0 || file.size() < 9 || file.compare(file.size() - 3, 3, ".pt") != 0)
-    return -1;
-  try {
-    return std::stoi(file.substr(5, file.size() - 8));
-  } catch (const std::exception&) {
-    return -1;
-  }
-}
-
 // The data cursor of a job at another world size: the same samples
 // consumed, in the loading job's micro-batches. Only where that names the
 // same samples: the data settings other than the batch's shape must be the
@@ -221,7 +212,9 @@ StatusOr<ShardData> LoadRankState(const std::string& step_dir, int rank, const v
   std::map<std::string, ShardData> loaded;  // by file
   auto shard = [&](const std::string& file) -> StatusOr<const ShardData*> {
     if (auto it = loaded.find(file); it != loaded.end()) return &it->second;
-    const int r = RankOfFile(file);
+    // ReadManifest checked that every chunk lies in a shard it lists.
+    auto listed = std::find_if(m->shards.begin(), m->shards.end(), [&](const ShardInfo& s) { return s.file == file; });
+    const int r = listed == m->shards.end() ? -1 : listed->rank;
     if (r < 0) return DataLoss("checkpoint " + step_dir + ": the manifest maps a tensor to '" + file + "'");
     auto s = LoadShard(step_dir, r, any_world);
     if (!s.ok()) return s.status();
