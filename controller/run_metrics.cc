@@ -99,7 +99,8 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
   WindowStats out;
   if (per_rank.empty() || count <= 0) return out;
   const int64_t last = first_step + count - 1;
-  std::vector<double> rank_step_ms, rank_busy_ms, step_ms_all;
+  std::vector<double> rank_step_ms, rank_busy_ms, rank_stretch, step_ms_all;
+  bool stretch_everywhere = true;
   // Steps per ms of the slowest rank over its window, end to end (a rank
   // that reported fewer steps is rated on its own).
   double slowest_rate = std::numeric_limits<double>::infinity();
@@ -107,11 +108,23 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
   int64_t n = 0, skipped = 0;
   int64_t measured = count;
   for (const auto& steps : per_rank) {
-    std::vector<double> step_ms, busy, tps;
+    std::vector<double> step_ms, busy, stretch, tps;
+    double block_busy = 0, block_cpu = 0;
+    int block_steps = 0, timed_steps = 0;
     for (const auto& s : steps) {
       if (s.step() < first_step || s.step() > last) continue;
       step_ms.push_back(s.step_ms());
       busy.push_back(BusyMs(s));
+      if (s.thread_cpu_ns() > 0 && BusyMs(s) > 0) {
+        ++timed_steps;
+        block_busy += BusyMs(s);
+        block_cpu += static_cast<double>(s.thread_cpu_ns()) / 1e6;
+        if (++block_steps == kStretchBlockSteps) {
+          stretch.push_back(block_busy / block_cpu);
+          block_busy = block_cpu = 0;
+          block_steps = 0;
+        }
+      }
       tps.push_back(s.tokens_per_s());
       step_ms_all.push_back(s.step_ms());
       data += s.data_ms();
@@ -129,6 +142,11 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
     if (!step_ms.empty()) {
       rank_step_ms.push_back(Median(step_ms));
       rank_busy_ms.push_back(Percentile(busy, kBusyQuantile));
+      // Half the steps at least: a rank whose thread times were mostly
+      // missing is rated with the others on busy time instead.
+      if (stretch.empty() && block_steps > 0) stretch.push_back(block_busy / block_cpu);
+      if (timed_steps * 2 < static_cast<int>(step_ms.size())) stretch_everywhere = false;
+      rank_stretch.push_back(Median(stretch));
       tokens += Median(tps);
     }
   }
@@ -139,8 +157,10 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
   out.clock_samples_per_s = std::isfinite(slowest_rate) ? global_batch * 1000.0 * slowest_rate : 0;
   out.tokens_per_s = tokens;
   out.median_step_ms = Median(step_ms_all);
-  const double med_busy = Median(rank_busy_ms);
-  out.rank_step_skew = med_busy > 0 ? *std::max_element(rank_busy_ms.begin(), rank_busy_ms.end()) / med_busy : 0;
+  const std::vector<double>& own = stretch_everywhere ? rank_stretch : rank_busy_ms;
+  const double med_own = Median(own);
+  out.rank_step_skew = med_own > 0 ? *std::max_element(own.begin(), own.end()) / med_own : 0;
+  out.rank_skew_of_stretch = stretch_everywhere;
   out.data_ms = data / static_cast<double>(n);
   out.compute_ms = compute / static_cast<double>(n);
   out.comm_ms = comm / static_cast<double>(n);
@@ -241,6 +261,7 @@ v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::Verify
   v.set_rank_step_skew_max(spec.rank_step_skew_max());
   const bool judge_loss = spec.loss_vs_baseline_max() > 0, judge_skips = spec.has_skipped_steps_max();
   std::vector<double> ratios, skews, healthy, fixed, loss_ratios, skips;
+  bool of_stretch = !pairs.empty();
   int64_t steps = pairs.empty() ? 0 : INT64_MAX;
   for (const auto& p : pairs) {
     const double a = Throughput(p.healthy, unit), b = Throughput(p.fixed, unit);
@@ -256,6 +277,7 @@ v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::Verify
     skips.push_back(p.fixed.skipped_fraction);
     ratios.push_back(vp->ratio());
     skews.push_back(p.fixed.rank_step_skew);
+    of_stretch = of_stretch && p.fixed.rank_skew_of_stretch;
     healthy.push_back(a);
     fixed.push_back(b);
     steps = std::min(steps, p.fixed.steps);
@@ -290,9 +312,10 @@ v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::Verify
   char buf[640];
   std::snprintf(buf, sizeof(buf),
                 "throughput %.0f %s/s = %.2fx the healthy job's %.0f (median of %zu healthy/fixed pairs: %s), "
-                "need >= %.2f %s; rank busy-time skew %.2f (need <= %.2f) %s; %lld/%d steps measured%s",
+                "need >= %.2f %s; %s %.2f (need <= %.2f) %s; %lld/%d steps measured%s",
                 Median(fixed), unit.c_str(), ratio, Median(healthy), pairs.size(), each.c_str(),
-                spec.throughput_vs_baseline_min(), tput_ok ? "ok" : "FAIL", skew, spec.rank_step_skew_max(),
+                spec.throughput_vs_baseline_min(), tput_ok ? "ok" : "FAIL", SkewName(of_stretch), skew,
+                spec.rank_step_skew_max(),
                 skew_ok ? "ok" : "FAIL", static_cast<long long>(pairs.empty() ? 0 : steps), spec.window_steps(),
                 steps_ok ? "" : " FAIL");
   std::string detail = buf;

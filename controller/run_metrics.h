@@ -67,7 +67,18 @@ struct WindowStats {
   double clock_samples_per_s = 0;
   double tokens_per_s = 0;              // whole job: sum over ranks of their median real tokens/s
   double median_step_ms = 0;
-  double rank_step_skew = 0;            // max/median over ranks of busy p25
+  // How much more slowly one rank works than the others: max/median over
+  // ranks of each rank's stretch, the busy time of its steps (step minus the
+  // exposed all-reduce wait) over its training thread's CPU time in them
+  // (the median over blocks of steps, kStretchBlockSteps below). The
+  // stretch is a rank's own: a batch of long sequences takes more wall time
+  // and more CPU time alike, a peer's fair share of a shared core stretches
+  // every rank alike, while a throttled device (a CPU quota, a sleep, a
+  // slow disk the thread waits on) stretches one rank's wall time alone.
+  // Without thread times (a report that lacks them on more than half its
+  // steps): max/median of each rank's busy-time p25 instead.
+  double rank_step_skew = 0;
+  bool rank_skew_of_stretch = false;    // which of the two rank_step_skew is
   // Means over ranks and steps: what the job spent its steps on.
   double data_ms = 0;
   double compute_ms = 0;                // forward + backward
@@ -79,6 +90,18 @@ struct WindowStats {
   double mean_loss = 0;
   double skipped_fraction = 0;
 };
+
+// What rank_step_skew measured, for a line a learner reads.
+inline const char* SkewName(bool of_stretch) {
+  return of_stretch ? "rank stretch skew (busy time per CPU ms)" : "rank busy-time skew";
+}
+
+// A rank's stretch is taken over blocks of this many consecutive steps, and
+// the median block rates it: a CPU quota throttles in bursts (a short step
+// may run whole within one period's quota, the next waits out the rest of
+// a period), which a block of steps averages over, while one step stalled
+// by the OS or a checkpoint write stays in one block of the median's tail.
+inline constexpr int kStretchBlockSteps = 5;
 
 // Throughput of a window in a verification unit: "tokens" or samples.
 double Throughput(const WindowStats& w, const std::string& unit);

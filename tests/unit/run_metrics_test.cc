@@ -211,6 +211,55 @@ TEST(MeasureWindowTest, SkewUsesEachRanksMedianBusyTime) {
   EXPECT_DOUBLE_EQ(w.rank_step_skew, 100.0 / 60.0);  // rank 1's median busy is still 60
 }
 
+// Four ranks whose batches differ in work (a batch of long sequences costs
+// three times one of short ones; ranks 1 and 3 drew long ones on 6 of 8
+// steps, ranks 0 and 2 on 2), all sharing cores alike: busy time per CPU ms
+// is 2 on every rank. `slowed` (if >= 0) is throttled: its busy time is three times
+// its CPU time on every step.
+std::vector<std::vector<v1::StepReport>> VariableWork(int slowed, int steps = 10) {
+  std::vector<std::vector<v1::StepReport>> per_rank(4);
+  for (int r = 0; r < 4; ++r) {
+    for (int s = 0; s < steps; ++s) {
+      const bool long_batch = (r % 2 == 1) == (s % 4 != 0);
+      const double cpu_ms = long_batch ? 30 : 10;
+      const double stretch = r == slowed ? 6 : 2;
+      v1::StepReport st = Step(r, s, cpu_ms * stretch + 5, 5);
+      st.set_thread_cpu_ns(static_cast<int64_t>(cpu_ms * 1e6));
+      per_rank[r].push_back(st);
+    }
+  }
+  return per_rank;
+}
+
+TEST(MeasureWindowTest, SkewComparesEachRanksBusyTimePerCpuMsWhereThreadTimesAreReported) {
+  WindowStats w = MeasureWindow(VariableWork(-1), 0, 10, 64);
+  EXPECT_TRUE(w.rank_skew_of_stretch);
+  EXPECT_DOUBLE_EQ(w.rank_step_skew, 1.0);  // busy time's p25 would read 20, 50, 20, 50: x1.43
+  w = MeasureWindow(VariableWork(2), 0, 10, 64);
+  EXPECT_TRUE(w.rank_skew_of_stretch);
+  EXPECT_DOUBLE_EQ(w.rank_step_skew, 3.0);
+
+  // A quota throttles in bursts: the slowed rank's steps run whole within a
+  // period's quota on 3 steps of 5 (stretch 2, as its peers') and wait out
+  // the rest of a period on the other 2 (stretch 12). Step by step its
+  // median stretch would be its peers'; over blocks of steps it is not.
+  auto per_rank = VariableWork(-1);
+  for (int s = 0; s < 10; ++s) {
+    v1::StepReport& st = per_rank[2][s];
+    if (s % 5 >= 3) st.set_step_ms(static_cast<double>(st.thread_cpu_ns()) / 1e6 * 12 + 5);
+  }
+  w = MeasureWindow(per_rank, 0, 10, 64);
+  EXPECT_TRUE(w.rank_skew_of_stretch);
+  EXPECT_GT(w.rank_step_skew, 2.5);
+
+  // A rank without thread times on most of its steps: busy time for all.
+  per_rank = VariableWork(2);
+  for (int s = 0; s < 6; ++s) per_rank[1][s].clear_thread_cpu_ns();
+  w = MeasureWindow(per_rank, 0, 10, 64);
+  EXPECT_FALSE(w.rank_skew_of_stretch);
+  EXPECT_GT(w.rank_step_skew, 1.0);
+}
+
 TEST(MeasureWindowTest, AMissingStepOnOneRankReducesSteps) {
   auto per_rank = Reports();
   per_rank[1].erase(per_rank[1].begin() + 4);  // rank 1 never reported step 4
