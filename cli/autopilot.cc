@@ -213,6 +213,14 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     out.push_back(f);
     return out;
   }
+  // A rank lost, or starting again (the launcher restarting the job): the
+  // others' windows are of a run that is over, whatever they read. Their
+  // timing is no evidence until the job runs again (night-restart seed 107
+  // in CI: the survivors' last window, one rank 1.46x busy by scheduling
+  // noise, agreed three looks in a row while the restart launched, and a
+  // host lost to a restart was replaced as a straggler).
+  for (const auto& r : st.ranks())
+    if (r.state() == "lost" || r.state() == "starting") return out;
   std::vector<const v1::RankStatus*> live;
   for (const auto& r : st.ranks())
     if (r.window_steps() > 0 && r.step_ms() > 0) live.push_back(&r);

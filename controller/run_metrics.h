@@ -52,7 +52,8 @@ void MarkSlowRanks(double slow_ratio, std::vector<v1::RankStatus>* ranks);
 // Linear-interpolated quantile q in [0, 1] of v.
 double Percentile(std::vector<double> v, double q);
 
-// Per-rank busy time is summarised by a low quantile: on a shared machine
+// Where ranks report no thread times (the skew's fallback, WindowStats),
+// per-rank busy time is summarised by a low quantile: on a shared machine
 // the OS preempts ranks at random, which only ever adds time, while a slow
 // host adds it to every step. The 25th percentile keeps the second and
 // drops most of the first.
@@ -69,8 +70,9 @@ struct WindowStats {
   double median_step_ms = 0;
   // How much more slowly one rank works than the others: max/median over
   // ranks of each rank's stretch, the busy time of its steps (step minus the
-  // exposed all-reduce wait) over its training thread's CPU time in them
-  // (the median over blocks of steps, kStretchBlockSteps below). The
+  // exposed all-reduce wait and any checkpoint write) over its training
+  // thread's CPU time in them (the median over blocks of timed steps,
+  // kStretchBlockSteps below). The
   // stretch is a rank's own: a batch of long sequences takes more wall time
   // and more CPU time alike, a peer's fair share of a shared core stretches
   // every rank alike, while a throttled device (a CPU quota, a sleep, a

@@ -298,6 +298,26 @@ TEST(Autopilot, OneSlowComputeRankIsAStraggler) {
   EXPECT_EQ(f.fix.replace_host_ranks(0), 3);
 }
 
+// What night-restart seed 107 showed in CI: a host lost, the others failed
+// at their next all-reduce, the launcher restarting the job. The failed
+// ranks' last window (one rank 1.46x busy) is of a run that is over.
+TEST(Autopilot, NoTimingFindingWhileARankIsLostOrStartingAgain) {
+  auto st = Job(0.2, 3, 6, 12);
+  st.mutable_ranks(3)->set_forward_ms(9);
+  st.mutable_ranks(3)->set_backward_ms(18);
+  st.mutable_ranks(3)->set_comm_ms(0.5);
+  st.mutable_ranks(3)->set_step_ms(28.2);
+  for (auto& r : *st.mutable_ranks()) r.set_state("failed");
+  st.mutable_ranks(2)->set_state("lost");
+  EXPECT_TRUE(ReasonAll(st).empty());
+  st.mutable_ranks(2)->set_state("starting");
+  EXPECT_TRUE(ReasonAll(st).empty());
+  for (auto& r : *st.mutable_ranks()) r.set_state("running");
+  const auto all = ReasonAll(st);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].cause, "straggler");
+}
+
 // What new-rack-acceptance seed 72 showed in CI: a slow link triples the
 // step, and one rank's compute is 1.3x the median's, by 1.2 ms of a 33 ms
 // step. That spread is scheduling noise; the interconnect is the finding.

@@ -212,11 +212,11 @@ TEST(MeasureWindowTest, SkewUsesEachRanksMedianBusyTime) {
 }
 
 // Four ranks whose batches differ in work (a batch of long sequences costs
-// three times one of short ones; ranks 1 and 3 drew long ones on 6 of 8
-// steps, ranks 0 and 2 on 2), all sharing cores alike: busy time per CPU ms
+// three times one of short ones; ranks 1 and 3 drew long ones on 15 of 20
+// steps, ranks 0 and 2 on 5), all sharing cores alike: busy time per CPU ms
 // is 2 on every rank. `slowed` (if >= 0) is throttled: its busy time is three times
 // its CPU time on every step.
-std::vector<std::vector<v1::StepReport>> VariableWork(int slowed, int steps = 10) {
+std::vector<std::vector<v1::StepReport>> VariableWork(int slowed, int steps = 20) {
   std::vector<std::vector<v1::StepReport>> per_rank(4);
   for (int r = 0; r < 4; ++r) {
     for (int s = 0; s < steps; ++s) {
@@ -232,10 +232,10 @@ std::vector<std::vector<v1::StepReport>> VariableWork(int slowed, int steps = 10
 }
 
 TEST(MeasureWindowTest, SkewComparesEachRanksBusyTimePerCpuMsWhereThreadTimesAreReported) {
-  WindowStats w = MeasureWindow(VariableWork(-1), 0, 10, 64);
+  WindowStats w = MeasureWindow(VariableWork(-1), 0, 20, 64);
   EXPECT_TRUE(w.rank_skew_of_stretch);
   EXPECT_DOUBLE_EQ(w.rank_step_skew, 1.0);  // busy time's p25 would read 20, 50, 20, 50: x1.43
-  w = MeasureWindow(VariableWork(2), 0, 10, 64);
+  w = MeasureWindow(VariableWork(2), 0, 20, 64);
   EXPECT_TRUE(w.rank_skew_of_stretch);
   EXPECT_DOUBLE_EQ(w.rank_step_skew, 3.0);
 
@@ -244,20 +244,32 @@ TEST(MeasureWindowTest, SkewComparesEachRanksBusyTimePerCpuMsWhereThreadTimesAre
   // the rest of a period on the other 2 (stretch 12). Step by step its
   // median stretch would be its peers'; over blocks of steps it is not.
   auto per_rank = VariableWork(-1);
-  for (int s = 0; s < 10; ++s) {
+  for (int s = 0; s < 20; ++s) {
     v1::StepReport& st = per_rank[2][s];
     if (s % 5 >= 3) st.set_step_ms(static_cast<double>(st.thread_cpu_ns()) / 1e6 * 12 + 5);
   }
-  w = MeasureWindow(per_rank, 0, 10, 64);
+  w = MeasureWindow(per_rank, 0, 20, 64);
   EXPECT_TRUE(w.rank_skew_of_stretch);
   EXPECT_GT(w.rank_step_skew, 2.5);
 
-  // A rank without thread times on most of its steps: busy time for all.
+  // One healthy rank stalled 10x on one step (the OS, a page fault): one
+  // block of the median's tail. A checkpoint write on one rank is left out.
+  per_rank = VariableWork(-1);
+  per_rank[0][7].set_step_ms(per_rank[0][7].step_ms() * 10);
+  per_rank[1][2].set_checkpoint_ms(400);
+  per_rank[1][2].set_step_ms(per_rank[1][2].step_ms() + 400);
+  w = MeasureWindow(per_rank, 0, 20, 64);
+  EXPECT_TRUE(w.rank_skew_of_stretch);
+  EXPECT_DOUBLE_EQ(w.rank_step_skew, 1.0);
+
+  // A rank without thread times on most of its steps: busy time for all
+  // (p25 20, 50, 60, 50: the slowed rank's 60 over the median 50; stretch
+  // reads 3).
   per_rank = VariableWork(2);
-  for (int s = 0; s < 6; ++s) per_rank[1][s].clear_thread_cpu_ns();
-  w = MeasureWindow(per_rank, 0, 10, 64);
+  for (int s = 0; s < 11; ++s) per_rank[1][s].clear_thread_cpu_ns();
+  w = MeasureWindow(per_rank, 0, 20, 64);
   EXPECT_FALSE(w.rank_skew_of_stretch);
-  EXPECT_GT(w.rank_step_skew, 1.0);
+  EXPECT_DOUBLE_EQ(w.rank_step_skew, 1.2);
 }
 
 TEST(MeasureWindowTest, AMissingStepOnOneRankReducesSteps) {
