@@ -94,6 +94,36 @@ double Percentile(std::vector<double> v, double q) {
   return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
 
+namespace {
+
+// One rank's stretch over blocks of kStretchBlockSteps timed steps (the
+// median block; a lone partial block if no block filled), and how many of
+// its steps carried thread times.
+struct Stretch {
+  std::vector<double> blocks;
+  int timed_steps = 0;
+  double busy = 0, cpu = 0;  // the block being filled
+  int in_block = 0;
+
+  void Add(const v1::StepReport& s) {
+    // A checkpoint write is the job's cadence, not a rank's pace: left out
+    // (a write every step would otherwise add wall time to every block and
+    // dilute a straggler's stretch).
+    const double own_ms = BusyMs(s) - s.checkpoint_ms();
+    if (s.thread_cpu_ns() <= 0 || own_ms <= 0) return;
+    ++timed_steps;
+    busy += own_ms;
+    cpu += static_cast<double>(s.thread_cpu_ns()) / 1e6;
+    if (++in_block < kStretchBlockSteps) return;
+    blocks.push_back(busy / cpu);
+    busy = cpu = 0;
+    in_block = 0;
+  }
+  double Rate() const { return blocks.empty() && in_block > 0 ? busy / cpu : Median(blocks); }
+};
+
+}  // namespace
+
 WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_rank, int64_t first_step,
                           int64_t count, int global_batch) {
   WindowStats out;
@@ -108,27 +138,13 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
   int64_t n = 0, skipped = 0;
   int64_t measured = count;
   for (const auto& steps : per_rank) {
-    std::vector<double> step_ms, busy, stretch, tps;
-    double block_busy = 0, block_cpu = 0;
-    int block_steps = 0, timed_steps = 0;
+    std::vector<double> step_ms, busy, tps;
+    Stretch stretch;
     for (const auto& s : steps) {
       if (s.step() < first_step || s.step() > last) continue;
       step_ms.push_back(s.step_ms());
       busy.push_back(BusyMs(s));
-      // A checkpoint write is the job's cadence, not a rank's pace: left out
-      // (a write every step would otherwise add wall time to every block
-      // and dilute a straggler's stretch).
-      const double own_ms = BusyMs(s) - s.checkpoint_ms();
-      if (s.thread_cpu_ns() > 0 && own_ms > 0) {
-        ++timed_steps;
-        block_busy += own_ms;
-        block_cpu += static_cast<double>(s.thread_cpu_ns()) / 1e6;
-        if (++block_steps == kStretchBlockSteps) {
-          stretch.push_back(block_busy / block_cpu);
-          block_busy = block_cpu = 0;
-          block_steps = 0;
-        }
-      }
+      stretch.Add(s);
       tps.push_back(s.tokens_per_s());
       step_ms_all.push_back(s.step_ms());
       data += s.data_ms();
@@ -148,9 +164,8 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
       rank_busy_ms.push_back(Percentile(busy, kBusyQuantile));
       // Half the steps at least: a rank whose thread times were mostly
       // missing is rated with the others on busy time instead.
-      if (stretch.empty() && block_steps > 0) stretch.push_back(block_busy / block_cpu);
-      if (timed_steps * 2 < static_cast<int>(step_ms.size())) stretch_everywhere = false;
-      rank_stretch.push_back(Median(stretch));
+      if (stretch.timed_steps * 2 < static_cast<int>(step_ms.size())) stretch_everywhere = false;
+      rank_stretch.push_back(stretch.Rate());
       tokens += Median(tps);
     }
   }
@@ -313,17 +328,18 @@ v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::Verify
     return each;
   };
   const std::string each = list(ratios);
+  const char* skew_name = of_stretch == 0 || of_stretch == pairs.size()
+                              ? SkewName(of_stretch > 0)
+                              : "rank skew (stretch on some pairs, busy time on others)";
   char buf[640];
-  std::snprintf(buf, sizeof(buf),
-                "throughput %.0f %s/s = %.2fx the healthy job's %.0f (median of %zu healthy/fixed pairs: %s), "
-                "need >= %.2f %s; %s %.2f (need <= %.2f) %s; %lld/%d steps measured%s",
-                Median(fixed), unit.c_str(), ratio, Median(healthy), pairs.size(), each.c_str(),
-                spec.throughput_vs_baseline_min(), tput_ok ? "ok" : "FAIL", of_stretch == 0 || of_stretch == pairs.size() ? SkewName(of_stretch > 0)
-                                                        : "rank skew (stretch on some pairs, busy time on others)",
-                skew,
-                spec.rank_step_skew_max(),
-                skew_ok ? "ok" : "FAIL", static_cast<long long>(pairs.empty() ? 0 : steps), spec.window_steps(),
-                steps_ok ? "" : " FAIL");
+  std::snprintf(
+      buf, sizeof(buf),
+      "throughput %.0f %s/s = %.2fx the healthy job's %.0f (median of %zu healthy/fixed pairs: %s), "
+      "need >= %.2f %s; %s %.2f (need <= %.2f) %s; %lld/%d steps measured%s",
+      Median(fixed), unit.c_str(), ratio, Median(healthy), pairs.size(), each.c_str(),
+      spec.throughput_vs_baseline_min(), tput_ok ? "ok" : "FAIL", skew_name, skew, spec.rank_step_skew_max(),
+      skew_ok ? "ok" : "FAIL", static_cast<long long>(pairs.empty() ? 0 : steps), spec.window_steps(),
+      steps_ok ? "" : " FAIL");
   std::string detail = buf;
   if (judge_loss) {
     std::vector<double> fixed_loss, healthy_loss;

@@ -72,15 +72,15 @@ struct WindowStats {
   // ranks of each rank's stretch, the busy time of its steps (step minus the
   // exposed all-reduce wait and any checkpoint write) over its training
   // thread's CPU time in them (the median over blocks of timed steps,
-  // kStretchBlockSteps below). The
-  // stretch is a rank's own: a batch of long sequences takes more wall time
-  // and more CPU time alike, a peer's fair share of a shared core stretches
-  // every rank alike, while a throttled device (a CPU quota, a sleep, a
-  // slow disk the thread waits on) stretches one rank's wall time alone.
+  // kStretchBlockSteps below). The stretch is a rank's own: a batch of long
+  // sequences takes more wall time and more CPU time alike, a peer's fair
+  // share of a shared core stretches every rank alike, while a throttled
+  // device (a CPU quota, a sleep, a slow disk the thread waits on)
+  // stretches one rank's wall time alone.
   // Without thread times (a report that lacks them on more than half its
   // steps): max/median of each rank's busy-time p25 instead.
   double rank_step_skew = 0;
-  bool rank_skew_of_stretch = false;    // which of the two rank_step_skew is
+  bool rank_skew_of_stretch = false;  // which of the two rank_step_skew is
   // Means over ranks and steps: what the job spent its steps on.
   double data_ms = 0;
   double compute_ms = 0;                // forward + backward

@@ -449,8 +449,8 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   *s.rec.mutable_baseline() = summary;
   AddEvent(s, "baseline", -1,
            "healthy baseline: " + Num(base.throughput_samples_per_s) + " samples/s, median step " +
-               Num(base.median_step_ms, 1) + " ms, " + SkewName(base.rank_skew_of_stretch) + " " + Num(base.rank_step_skew, 2) + " over " +
-               std::to_string(base.steps) + " steps");
+               Num(base.median_step_ms, 1) + " ms, " + SkewName(base.rank_skew_of_stretch) + " " +
+               Num(base.rank_step_skew, 2) + " over " + std::to_string(base.steps) + " steps");
 
   // The drill: the real job, faults armed, until the learner fixes it, ends
   // it or the time limit passes. A fault may come with a bad deploy of the
