@@ -805,16 +805,32 @@ std::string RollbackPoint(const std::vector<v1::VerifyCheckpointResponse>& verif
 }
 
 int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
-  std::ostream& out = *ctx.out;
   DrillClient client(ctx.controller);
   auto info = client.StartSession(scenario, seed);
   if (!info.ok()) {
     *ctx.err << "error: " << info.status().message() << "\n";
     return 1;
   }
-  const std::string id = info->session_id();
-  out << "autopilot: session " << id << " (" << scenario << ", seed " << info->seed() << ")\n";
-  auto st = WaitWhile(client, id, {"created", "baseline"}, "", 300);
+  return PilotSession(ctx, info->session_id());
+}
+
+int PilotSession(CliContext& ctx, const std::string& id) {
+  std::ostream& out = *ctx.out;
+  DrillClient client(ctx.controller);
+  auto st = client.GetStatus(id);
+  if (!st.ok()) {
+    *ctx.err << "error: " << st.status().message() << "\n";
+    return 1;
+  }
+  const std::string state = st->session().state();
+  if (state != "created" && state != "baseline" && state != "running") {
+    *ctx.err << "error: session " << id << " is " << state
+             << ": the autopilot plays a session before its diagnosis and fix\n";
+    return 1;
+  }
+  out << "autopilot: session " << id << " (" << st->session().scenario_id() << ", seed " << st->session().seed()
+      << ")\n";
+  st = WaitWhile(client, id, {"created", "baseline"}, "", 300);
   if (!st.ok() || st->session().state() != "running") {
     *ctx.err << "error: the session did not reach the running state"
              << (st.ok() ? " (" + st->session().state() + ")" : ": " + st.status().message()) << "\n";

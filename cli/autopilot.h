@@ -103,6 +103,12 @@ int64_t FirstRestartStep(const v1::SessionStatus& st);
 AutopilotFinding ReasonResume(const v1::RunProbeResponse& resume, const v1::ListCheckpointsResponse& list,
                               int64_t restart_step);
 
+// Starts a session of `scenario` and plays it (PilotSession).
 int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed);
+// Plays a session already started, from where it stands, to its score.
+// Not a command: a learner's own session is theirs to play. The e2e tests
+// use it to read every learner surface of a session first and then solve
+// that same session, instead of starting each scenario twice.
+int PilotSession(CliContext& ctx, const std::string& id);
 
 }  // namespace firedrill::cli

@@ -310,7 +310,10 @@ void SessionManager::RetireAgent(Session& s, Lock& lock, int rank) {
 }
 
 void SessionManager::Teardown(Session& s, Lock& lock) {
-  if (s.run) StopRun(s, lock);
+  // Nothing is measured after this: a healthy rank stops within a step or
+  // two, and a hung one is killed after 3 s instead of the collective
+  // timeout (a learner's `end` on a hung drill took 15 s).
+  if (s.run) StopRun(s, lock, /*grace_s=*/3.0);
   for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
     RetireAgent(s, lock, rank);  // lost ones too: their process may linger
     s.ranks[rank].state = RankState::kStopped;
