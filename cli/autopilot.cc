@@ -828,8 +828,8 @@ int PilotSession(CliContext& ctx, const std::string& id) {
              << ": the autopilot plays a session before its diagnosis and fix\n";
     return 1;
   }
-  out << "autopilot: session " << id << " (" << st->session().scenario_id() << ", seed " << st->session().seed()
-      << ")\n";
+  out << "autopilot: session " << id << " (" << st->session().scenario_id() << ", seed "
+      << st->session().seed() << ")\n";
   st = WaitWhile(client, id, {"created", "baseline"}, "", 300);
   if (!st.ok() || st->session().state() != "running") {
     *ctx.err << "error: the session did not reach the running state"

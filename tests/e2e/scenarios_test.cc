@@ -141,17 +141,17 @@ std::string AutopilotTest::ReadEverySurface(const Case& k, const std::string& id
                                             std::set<std::string>* features) {
   std::string text, out;
   for (const auto& args : std::vector<std::vector<std::string>>{{"status"},
-                                                               {"status", "--json"},
-                                                               {"config"},
-                                                               {"config", "--json"},
-                                                               {"sessions", "--json"},
-                                                               {"scenarios", "list", "--json"},
-                                                               {"logs", "--rank", "0", "--tail", "200"},
-                                                               {"fr"},
-                                                               {"metrics"},
-                                                               {"metrics", "--run", "baseline", "--json"},
-                                                               {"ckpt", "list"},
-                                                               {"score", "--json"}}) {
+                                                                {"status", "--json"},
+                                                                {"config"},
+                                                                {"config", "--json"},
+                                                                {"sessions", "--json"},
+                                                                {"scenarios", "list", "--json"},
+                                                                {"logs", "--rank", "0", "--tail", "200"},
+                                                                {"fr"},
+                                                                {"metrics"},
+                                                                {"metrics", "--run", "baseline", "--json"},
+                                                                {"ckpt", "list"},
+                                                                {"score", "--json"}}) {
     auto a = args;
     a.insert(a.end(), {"--session", id});
     Cli(a, &out);
@@ -176,9 +176,10 @@ std::string AutopilotTest::ReadEverySurface(const Case& k, const std::string& id
   for (const auto& r : st.ranks()) stepping = stepping && r.state() == "running" && r.since_last_step_s() < 5;
   if (k.causes[0] == "slow-link") EXPECT_TRUE(stepping) << "the probes are this drill's evidence";
   if (stepping) {
-    for (const auto& args : std::vector<std::vector<std::string>>{{"probe", "allreduce", "--max", "64K"},
-                                                                 {"probe", "p2p", "--max", "64K", "--iters", "3"},
-                                                                 {"probe", "checksum"}}) {
+    for (const auto& args :
+         std::vector<std::vector<std::string>>{{"probe", "allreduce", "--max", "64K"},
+                                               {"probe", "p2p", "--max", "64K", "--iters", "3"},
+                                               {"probe", "checksum"}}) {
       auto a = args;
       a.insert(a.end(), {"--session", id});
       EXPECT_EQ(Cli(a, &out), 0) << out;
@@ -252,7 +253,8 @@ TEST_P(AutopilotTest, NothingReadBeforeTheDiagnosisNamesTheAnswerAndTheAutopilot
   for (const auto& other : kCases)
     for (const auto& cause : other.causes) secrets.push_back(cause);
   // Fault parameter names (the config keys a fault changes are legitimately visible).
-  for (const char* p : {"slowdown", "trigger_step", "all_ranks", "latency_us", "bandwidth_gbps"}) secrets.push_back(p);
+  for (const char* p : {"slowdown", "trigger_step", "all_ranks", "latency_us", "bandwidth_gbps"})
+    secrets.push_back(p);
   for (const auto& secret : secrets) {
     const size_t at = text.find(secret);
     EXPECT_EQ(at, std::string::npos) << "'" << secret << "' is visible before the diagnosis: ..."
@@ -313,7 +315,8 @@ TEST(ScenarioCatalogue, NoLiveFeatureShowsOnlyInDrillsOfOneKind) {
     std::string names;
     for (const auto& m : missing) names += " " + m;
     GTEST_SKIP() << missing.size() << " of " << seen.size()
-                 << " scenarios were not played in this run (run the whole e2e label, `ctest -L e2e`):" << names;
+                 << " scenarios were not played in this run (run the whole e2e label, `ctest -L e2e`):"
+                 << names;
   }
   for (const auto& [feature, classes] : feature_classes) {
     EXPECT_GE(classes.size(), 2u) << "'" << feature << "' shows only in drills of one kind of problem ("
