@@ -225,7 +225,9 @@ TEST_P(AutopilotTest, NothingReadBeforeTheDiagnosisNamesTheAnswerAndTheAutopilot
   ASSERT_TRUE(info.ok()) << info.status().message();
   const std::string id = info->session_id();
   std::set<std::string> features;
-  if (auto first = c().GetStatus(id); first.ok()) {
+  {
+    auto first = c().GetStatus(id);
+    ASSERT_TRUE(first.ok()) << first.status().message();  // else the tell check would miss this case's features
     // Events up to the faulty run's start: what comes after is the fault's
     // doing (a rank that fails is a symptom, not a tell).
     for (const auto& e : first->events()) {
