@@ -21,6 +21,11 @@ using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+// After the last bucket's gradients, all-reduced with them: the ranks'
+// votes, then the compute stretch of the ranks that share one and how many
+// did (each 1 or 0).
+constexpr int64_t kTrailer = 3;
+
 }  // namespace
 
 int64_t BucketBytes(double mb, double default_mb) {
@@ -53,7 +58,7 @@ struct Reducer::Impl {
   std::vector<at::Tensor> params;
   std::vector<std::vector<size_t>> assignment;
   std::vector<size_t> bucket_of;    // per parameter
-  std::vector<at::Tensor> buffers;  // per bucket; the last has a trailing stop flag
+  std::vector<at::Tensor> buffers;  // per bucket; the last has kTrailer elements after its gradients
   std::vector<at::Tensor> grads;    // per bucket: buffer without the flag
   std::vector<at::Tensor> views;    // per parameter: its .grad
   // Held so that the hooks stay registered: a parameter's autograd meta only
@@ -67,6 +72,7 @@ struct Reducer::Impl {
   bool sync = false;
   bool stop = false;
   bool probe = false;
+  double stretch = 0;        // this rank's compute stretch to share; 0: none (slowed)
   std::vector<char> marked;  // per parameter: gradient ready
   std::vector<int> pending;  // per bucket: gradients still to come
   std::vector<char> ready;   // per bucket
@@ -77,9 +83,9 @@ struct Reducer::Impl {
   // Points each parameter of bucket b at its slice of buffers[b].
   void Layout(size_t b) {
     // The last of all the buckets (not of those made so far: Create lays
-    // each out as soon as it exists) carries the vote element.
+    // each out as soon as it exists) carries the trailer.
     const bool last = b + 1 == assignment.size();
-    int64_t n = buffers[b].numel() - (last ? 1 : 0);
+    int64_t n = buffers[b].numel() - (last ? kTrailer : 0);
     grads[b] = last ? buffers[b].narrow(0, 0, n) : buffers[b];
     int64_t off = 0;
     for (size_t k : assignment[b]) {
@@ -146,8 +152,12 @@ void Reducer::Impl::LaunchReady() {
 void Reducer::Impl::Launch(size_t b) {
   if (!error.ok()) return;  // a failed collective: later ones would only pile up
   if (sync && opts.before_launch) opts.before_launch();  // in backward, not from Finish()
-  if (b + 1 == buffers.size())
-    buffers[b].data_ptr<float>()[buffers[b].numel() - 1] = EncodeVotes(stop, probe, opts.world_size);
+  if (b + 1 == buffers.size()) {
+    float* t = buffers[b].data_ptr<float>() + buffers[b].numel() - kTrailer;
+    t[0] = EncodeVotes(stop, probe, opts.world_size);
+    t[1] = stretch > 0 ? static_cast<float>(stretch) : 0.0f;
+    t[2] = stretch > 0 ? 1.0f : 0.0f;
+  }
   // Average as DDP does, before the sum: each rank contributes g / world.
   auto p = pg->StartAllReduceSum(buffers[b], step, 1.0 / opts.world_size);
   if (!p.ok()) {
@@ -196,7 +206,7 @@ StatusOr<std::unique_ptr<Reducer>> Reducer::Create(const std::vector<at::Tensor>
         impl->bucket_of[k] = b;
       }
       const bool last = b + 1 == nb;
-      impl->buffers.push_back(at::zeros({n + (last ? 1 : 0)}, params[0].options().requires_grad(false)));
+      impl->buffers.push_back(at::zeros({n + (last ? kTrailer : 0)}, params[0].options().requires_grad(false)));
       impl->grad_bytes += n * static_cast<int64_t>(sizeof(float));
       impl->Layout(b);
     }
@@ -253,6 +263,8 @@ void DecodeVotes(float reduced, int world, bool* stop, bool* probe) {
   *probe = votes / (world + 1) > 0;
 }
 
+void Reducer::ShareStretch(double stretch) { impl_->stretch = stretch; }
+
 void Reducer::Prepare(comm::ProcessGroup* pg, int64_t step, bool sync, bool stop, bool probe) {
   Impl& m = *impl_;
   m.pg = pg;
@@ -300,8 +312,11 @@ StatusOr<ReduceStats> Reducer::Finish() {
     }
   }
   if (!first_error.ok()) return first_error;
-  const auto& flag = m.buffers.back();
-  DecodeVotes(flag.data_ptr<float>()[flag.numel() - 1], m.opts.world_size, &stats.stop, &stats.probe);
+  const auto& last = m.buffers.back();
+  const float* t = last.data_ptr<float>() + last.numel() - kTrailer;
+  DecodeVotes(t[0], m.opts.world_size, &stats.stop, &stats.probe);
+  // Both averaged over the world: their ratio is the mean over the ranks that shared one.
+  if (t[2] > 0) stats.peer_stretch = static_cast<double>(t[1]) / static_cast<double>(t[2]);
   stats.exposed_ms = Ms(Clock::now() - t0);
   return stats;
 }

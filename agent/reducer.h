@@ -63,13 +63,14 @@ struct BucketTiming {
 // The ranks' votes ride in one float at the end of the last gradient bucket,
 // all-reduced with it (each rank's value times 1/world, then summed): stop
 // counts 1 and probe counts world + 1, so world x the sum says how many ranks
-// voted for each.
+// voted for each. The shared compute stretch (ShareStretch()) follows it.
 float EncodeVotes(bool stop, bool probe, int world);
 void DecodeVotes(float reduced, int world, bool* stop, bool* probe);
 
 struct ReduceStats {
   bool stop = false;      // some rank asked to stop (flag rides in the last bucket)
   bool probe = false;     // some rank has a communication probe waiting (same flag)
+  double peer_stretch = 0;  // the mean of the stretches the ranks shared; 0: none did
   double exposed_ms = 0;  // waiting for buckets after backward returned
   double total_ms = 0;    // sum over buckets of start -> completion
   int buckets = 0;
@@ -99,6 +100,11 @@ class Reducer {
   // `stop` is this rank's vote to stop and `probe` its vote to run a probe
   // after this step, both sent with the last bucket.
   void Prepare(comm::ProcessGroup* pg, int64_t step, bool sync, bool stop, bool probe = false);
+  // What this rank shares with its next synchronising all-reduce: its
+  // compute's stretch (faults::ThrottledCompute::SharedStretch(); 0: none,
+  // as a slowed rank shares). ReduceStats::peer_stretch is their mean over
+  // the ranks that shared one: what a slowed rank's governor steers by.
+  void ShareStretch(double stretch);
 
   // After a synchronising backward: starts the buckets no hook started
   // (all of them when flat, or those holding unused parameters), waits for

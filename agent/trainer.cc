@@ -744,6 +744,9 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         // DDP's backward does before it returns). Votes ride the last only.
         const bool last = micro == accum - 1;
         const bool sync = last || sync_every_micro;
+        // With the votes: this rank's compute stretch, by which a slowed
+        // rank's governor measures how slow a healthy one is now.
+        if (sync) reducer->ShareStretch(compute->SharedStretch());
         reducer->Prepare(&pg, step, sync, last && stop.load(std::memory_order_relaxed),
                          last && opts.probes && opts.probes->pending());
         loss.backward();
@@ -768,6 +771,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
       if (!reduced.ok()) return reduced.status();
       const ReduceStats& rs = *reduced;
       AddAllReduces(rs, t_step, -1, telemetry ? &report : nullptr, &step_comm);
+      compute->OnPeers(rs.peer_stretch);
 
       phase = "optimizer";
       auto t0 = Clock::now();

@@ -14,15 +14,22 @@
 // long sequences costs several times one of short ones), its CPU time
 // varies with it, and a quota stretches wall time alone; so the stretch is
 // the same for a short step and a long one, healthy, and `factor` times
-// that, slowed. Before the first slowdown the healthy stretch is measured
-// (from the rank's last steps; a slowdown from step 0 waits for three: on
-// shared cores it is above 1, a peer's share of the core); from then on,
-// every few steps, the quota is moved so that the stretch is `factor` times
-// the healthy one (measured, so it holds whether the rank shares its cores
-// with three peers or has one to itself, and whatever its batches hold).
-// A governor that steered a step's wall time to `factor` times a few early
-// steps' instead let a drill's straggler go unslowed when those steps held
-// short batches (bench/RESULTS.md, the grading run's false pass).
+// that, slowed. "Healthy" is what the job's unslowed ranks measure now:
+// every rank reports its compute's stretch with its gradients, and a
+// slowed rank steers, every few steps and quota periods together, to
+// `factor` times their mean (OnPeers). On a GPU cluster a hot device is
+// slower than its healthy peers; here the ranks share the host's cores, a
+// healthy rank's compute is stretched by that sharing, and the sharing
+// changes during a run (a burner, a straggler whose peers wait for it
+// while it computes alone). Measured against the peers at the same time,
+// the slowdown holds through all of it. Before the first slowdown this
+// rank's own healthy stretch is measured (from its last steps; a slowdown
+// from step 0 waits for three): the first limit, and the reference where
+// no peer reports one. A governor that kept that own reference left
+// thermal-throttle's straggler barely slower than its peers under load,
+// and one that steered a step's wall time to `factor` times a few early
+// steps' let a straggler go unslowed when those steps held short batches
+// (bench/RESULTS.md).
 //
 // Where no cgroup can be written, the slowdown is slept out instead
 // (sleep_factor()): the trainer stretches forward and backward, and backward
@@ -58,6 +65,14 @@ class ThrottledCompute : public ComputeSeam {
   // backward and optimiser), in wall time and the thread's CPU time (ms).
   // Measures the healthy stretch and steers the quota.
   void OnStep(double compute_ms, double cpu_ms);
+  // Each step, on the training thread, before OnStep: the mean stretch of
+  // the compute of the job's unslowed ranks (each one's SharedStretch(),
+  // exchanged with the step's gradients); 0 when none reported one. A
+  // slowed rank steers to `factor` times it.
+  void OnPeers(double stretch);
+  // What this rank reports for the exchange: its compute's stretch over
+  // its last healthy steps; 0 while it is slowed (or before a step).
+  double SharedStretch() const;
   // Around a probe: the quota is lifted, then put back.
   void Pause();
   void Resume();
@@ -87,9 +102,10 @@ class ThrottledCompute : public ComputeSeam {
   // weighted by CPU time (so a long step counts as much as its work, and a
   // step stalled by the host is one outlier among several).
   static double Stretch(const std::vector<Sample>& steps);
-  // mu_ held for all three.
+  // mu_ held for these.
   void Steer(const Sample& step, double factor);
   void Apply();         // the quota to cores_
+  void StartWindow();   // a steering window from now
   void DropQuota(const std::string& why);  // the sleep fallback from now on
   const std::string cgroup_;
   PerFault factors_;
@@ -104,6 +120,8 @@ class ThrottledCompute : public ComputeSeam {
   double cores_ = 0;                // the limit now; 0: unlimited
   double resume_cores_ = 0;         // the last limit, where a flapping fault resumes
   std::vector<Sample> window_;      // slowed steps since the last steering
+  double peers_sum_ = 0;            // the peers' stretch over the window's steps: sum,
+  int peers_n_ = 0;                 // and how many steps reported one
 };
 
 }  // namespace firedrill::faults

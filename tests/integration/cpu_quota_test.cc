@@ -7,14 +7,18 @@
 #include "faults/throttled_compute.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -229,15 +233,22 @@ MixedSteps SlowedMixed() {
     ThrottledCompute c("mixed-" + std::to_string(getpid()));
     c.Slow(0, 3.0);
     // Four short steps (the governor measures on the first three after
-    // its warm-up step), then long and short ones mixed.
-    for (int step = 0; step < 40; ++step) {
+    // its warm-up step), then long and short ones mixed. Each kind's mean
+    // over many steps, not its median: one step in a few runs without the
+    // quota (the governor's sample), and the slowdown is the total's.
+    for (int step = 0; step < 64; ++step) {
       const bool is_long = step >= 4 && step % 3 != 0;
       const Work w = DoWork(is_long ? 1.0 : 0.25);
       c.OnStep(w.wall_ms, w.cpu_ms);
-      if (step >= 20) (is_long ? sl : ss).push_back(w.wall_ms);
+      if (step >= 16) (is_long ? sl : ss).push_back(w.wall_ms);
     }
+    const auto mean = [](const std::vector<double>& v) {
+      double sum = 0;
+      for (double x : v) sum += x;
+      return v.empty() ? 0 : sum / static_cast<double>(v.size());
+    };
     char buf[256];
-    std::snprintf(buf, sizeof buf, "%f %f %f %f %d", MedianOf(hl), MedianOf(hs), MedianOf(sl), MedianOf(ss),
+    std::snprintf(buf, sizeof buf, "%f %f %f %f %d", MedianOf(hl), MedianOf(hs), mean(sl), mean(ss),
                   c.fallback().empty() ? 1 : 0);
     return std::string(buf);
   });
@@ -267,6 +278,161 @@ TEST(ThrottledCompute, StepsOfDifferentWorkEachTakeTheSlowdownTimesTheirHealthyT
     RecordProperty(n + "_short_over_healthy", std::to_string(r.slowed_short / r.healthy_short));
   }
   EXPECT_TRUE(r.Slowed()) << "asked for 3x: " << tries;
+}
+
+// Totals over as many steps, healthy (or unslowed) and slowed, from a child.
+struct Totals {
+  double healthy_ms = 0, slowed_ms = 0;
+  bool quota_ok = false;
+  std::string said;
+  double Ratio() const { return healthy_ms > 0 ? slowed_ms / healthy_ms : 0; }
+  // 1.8x asked: what the job feels is the total.
+  bool Slowed() const { return quota_ok && Ratio() > 1.5 && Ratio() < 2.3; }
+};
+
+Totals TotalsInChild(const std::function<std::string()>& body) {
+  Totals r;
+  r.said = InChild(body);
+  int ok = 0;
+  if (std::sscanf(r.said.c_str(), "%lf %lf %d", &r.healthy_ms, &r.slowed_ms, &ok) != 3)
+    r.said = "the child said '" + r.said + "'";
+  r.quota_ok = ok == 1;
+  return r;
+}
+
+std::string SayTotals(double healthy, double slowed, const ThrottledCompute& c) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%f %f %d", healthy, slowed, c.fallback().empty() ? 1 : 0);
+  return buf;
+}
+
+// Up to three tries (each recorded; see above), `name` in the properties.
+void ExpectSlowed(const std::function<Totals()>& play, const char* what) {
+  Totals r;
+  std::string tries;
+  for (int attempt = 1; attempt <= 3 && !r.Slowed(); ++attempt) {
+    r = play();
+    ASSERT_TRUE(r.quota_ok) << "the quota fell back to sleeping; " << r.said;
+    char line[160];
+    std::snprintf(line, sizeof line, "try %d: %.0f ms %s, %.0f ms slowed (%.2fx); ", attempt, r.healthy_ms, what,
+                  r.slowed_ms, r.Ratio());
+    tries += line;
+    testing::Test::RecordProperty("try" + std::to_string(attempt) + "_slowed_over_" + what, std::to_string(r.Ratio()));
+  }
+  EXPECT_TRUE(r.Slowed()) << "asked for 1.8x: " << tries;
+}
+
+// A straggler whose steps are shorter than the quota's bursts (a drill's
+// small MLP: about 4 ms of compute a step, against a 4 ms quota): one step
+// runs whole inside its quota, the next waits out a period, so step by step
+// the slowdown reads 1 or several times the one asked. What the job feels
+// is the total: the slowed steps together must take about the slowdown
+// times their healthy total. A governor that steered on the median step
+// read the unthrottled steps and left the limit wandering between 0.055
+// and 0.61 cores (4 ms steps asked 1.8x took 2.6x-6.6x, alone here).
+TEST(ThrottledCompute, ShortStepsTogetherTakeTheSlowdownTimesTheirHealthyTotal) {
+  if (auto q = CpuQuota::Create("probe-" + std::to_string(getpid())); !q.ok())
+    GTEST_SKIP() << "cgroups cannot be written here: " << q.status().message();
+  ExpectSlowed(
+      [] {
+        return TotalsInChild([] {
+          constexpr double kUnits = 0.1;  // about 4 ms here
+          ThrottledCompute c("short-" + std::to_string(getpid()));
+          double healthy = 0, slowed = 0;
+          for (int step = 0; step < 50; ++step) {
+            const Work w = DoWork(kUnits);
+            c.OnStep(w.wall_ms, w.cpu_ms);
+            if (step >= 10) healthy += w.wall_ms;  // 40 steps
+          }
+          c.Slow(0, 1.8);
+          for (int step = 0; step < 120; ++step) {
+            const Work w = DoWork(kUnits);
+            c.OnStep(w.wall_ms, w.cpu_ms);
+            if (step >= 80) slowed += w.wall_ms;  // 40 steps
+          }
+          return SayTotals(healthy, slowed, c);
+        });
+      },
+      "healthy");
+}
+
+// A straggler and a healthy peer on one core (a drill's ranks share the
+// host's cores), the straggler's slowdown taken hold while it was alone.
+// The peer reports its compute's stretch, as ranks do with their gradients
+// (OnPeers); slowed, the straggler's step must take about the slowdown
+// times the peer's, over the same seconds. A governor that steered to the
+// slowdown times the straggler's own stretch measured while it was alone
+// (1.0) read the sharing as the slowdown: the straggler got more of the
+// core than its peer (thermal-throttle's straggler was barely slower than
+// its peers under the burner, and its wrong fix verified).
+TEST(ThrottledCompute, AStragglerIsTheSlowdownTimesSlowerThanAPeerSharingItsCore) {
+  if (auto q = CpuQuota::Create("probe-" + std::to_string(getpid())); !q.ok())
+    GTEST_SKIP() << "cgroups cannot be written here: " << q.status().message();
+  ExpectSlowed(
+      [] {
+        return TotalsInChild([] {
+          cpu_set_t one;  // one core, for the straggler and, later, its peer
+          CPU_ZERO(&one);
+          CPU_SET(0, &one);
+          if (sched_setaffinity(0, sizeof one, &one) != 0) return std::string("sched_setaffinity failed");
+          struct Shared {
+            std::atomic<double> stretch{0};
+            std::atomic<int64_t> steps{0};
+            std::atomic<bool> go{false}, stop{false};
+          };
+          void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+          if (mem == MAP_FAILED) return std::string("mmap failed");
+          auto* shared = new (mem) Shared;
+          constexpr double kUnits = 0.1;  // about 4 ms here, as a drill's step
+          // Forked before the straggler's thread joins its quota's cgroup (a
+          // child starts in its parent's).
+          const pid_t peer = fork();
+          if (peer == 0) {  // the healthy peer: the same steps once told, bounded (30 s)
+            const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+            while (!shared->go.load() && std::chrono::steady_clock::now() < end) usleep(1000);
+            std::deque<Work> last;
+            while (!shared->stop.load() && std::chrono::steady_clock::now() < end) {
+              last.push_back(DoWork(kUnits));
+              if (last.size() > 5) last.pop_front();
+              double wall = 0, cpu = 0;
+              for (const Work& w : last) wall += w.wall_ms, cpu += w.cpu_ms;
+              shared->stretch.store(cpu > 0 ? wall / cpu : 0);
+              shared->steps.fetch_add(1);
+            }
+            _exit(0);
+          }
+          ThrottledCompute c("peers-" + std::to_string(getpid()));
+          for (int step = 0; step < 12; ++step) {  // alone on the core: its own reference, 1.0
+            const Work w = DoWork(kUnits);
+            c.OnStep(w.wall_ms, w.cpu_ms);
+          }
+          c.Slow(0, 1.8);
+          shared->go.store(true);
+          const auto step_until = [&](std::chrono::steady_clock::time_point until) {
+            int64_t n = 0;
+            while (std::chrono::steady_clock::now() < until) {
+              const Work w = DoWork(kUnits);
+              c.OnPeers(shared->stretch.load());
+              c.OnStep(w.wall_ms, w.cpu_ms);
+              ++n;
+            }
+            return n;
+          };
+          const auto t0 = std::chrono::steady_clock::now();
+          step_until(t0 + std::chrono::milliseconds(1500));  // the governor finds the peer
+          const int64_t peer0 = shared->steps.load();
+          const auto t1 = std::chrono::steady_clock::now();
+          const int64_t own = step_until(t1 + std::chrono::milliseconds(2500));
+          const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+          const int64_t peers = shared->steps.load() - peer0;
+          shared->stop.store(true);
+          waitpid(peer, nullptr, 0);
+          munmap(mem, sizeof(Shared));
+          // A step's time, each: the peer's (healthy) and the straggler's.
+          return SayTotals(peers > 0 ? ms / peers : 0, own > 0 ? ms / own : 0, c);
+        });
+      },
+      "peer");
 }
 
 // A flapping straggler (faults/runner.h): slowed, recovered, slowed again.

@@ -142,7 +142,7 @@ TEST(ReducerTest, HooksStartBucketsDuringBackwardInBucketOrder) {
   EXPECT_EQ(stats->started_in_backward, 2);
   EXPECT_EQ(stats->buckets, 2);
   EXPECT_EQ(stats->bucket_seq, (std::vector<int64_t>{1, 2}));  // bucket 0 first although ready second
-  EXPECT_EQ(stats->bytes, (5 + 3 + 1) * 4);                    // + the stop flag
+  EXPECT_EQ(stats->bytes, (5 + 3 + 3) * 4);                    // + the votes and the shared stretch
   EXPECT_FALSE(stats->stop);
   // The views hold the gradients: d/da = sum(x*b), d/db = x * sum(a).
   EXPECT_TRUE(torch::allclose(a.grad(), (x * b).sum().expand({3})));
@@ -384,6 +384,61 @@ TEST(ShmAllReduceTest, AnyRankOptingOutKeepsAllOnGloo) {
     ASSERT_TRUE(shm.ok()) << shm.status().ToString();
     EXPECT_EQ(*shm, nullptr);
   });
+}
+
+// Each rank shares its compute's stretch with its gradients; a slowed rank
+// shares none (0). Every rank reads the mean over the ranks that shared one
+// (what a slowed rank's governor steers by), next to unchanged gradients
+// and votes, on three ranks of a real Gloo group; none when none shared.
+TEST(ReducerTest, EveryRankReadsTheMeanStretchOfTheRanksThatSharedOne) {
+  constexpr int kWorld = 3;
+  const double shared[kWorld] = {1.5, 0.0, 2.1};  // rank 1 is slowed
+  comm::GroupOptions o;
+  o.world_size = kWorld;
+  o.timeout = std::chrono::milliseconds(20000);
+  std::unique_ptr<comm::ProcessGroup> g[kWorld];
+  auto g0 = comm::ProcessGroup::HostStore(o, "127.0.0.1");
+  ASSERT_TRUE(g0.ok()) << g0.status().ToString();
+  g[0] = std::move(g0).value();
+  for (int r = 1; r < kWorld; ++r) {
+    o.rank = r;
+    auto gr = comm::ProcessGroup::JoinStore(o, "127.0.0.1", g[0]->store_port());
+    ASSERT_TRUE(gr.ok()) << gr.status().ToString();
+    g[r] = std::move(gr).value();
+  }
+  ReduceStats got[kWorld];
+  float grad0[kWorld] = {};
+  OnRanks(kWorld, [&](int r) {
+    ASSERT_TRUE(g[r]->Connect().ok());
+    auto w = torch::full({4}, 1.0, torch::requires_grad());
+    ReducerOptions ro;
+    ro.flat = true;
+    ro.world_size = kWorld;
+    ro.rank = r;
+    auto reducer = Reducer::Create({w}, ro);
+    ASSERT_TRUE(reducer.ok()) << reducer.status().ToString();
+    (*reducer)->ShareStretch(shared[r]);
+    (*reducer)->Prepare(g[r].get(), 0, /*sync=*/true, /*stop=*/r == 2);
+    (w * static_cast<float>(r + 1)).sum().backward();  // gradient r + 1 on rank r
+    auto stats = (*reducer)->Finish();
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    got[r] = *stats;
+    grad0[r] = w.grad()[0].item<float>();
+    // Then every rank slowed: none shared, none read.
+    (*reducer)->ZeroGrad();
+    (*reducer)->ShareStretch(0);
+    (*reducer)->Prepare(g[r].get(), 1, /*sync=*/true, /*stop=*/false);
+    (w * 1.0f).sum().backward();
+    auto none = (*reducer)->Finish();
+    ASSERT_TRUE(none.ok()) << none.status().ToString();
+    EXPECT_EQ(none->peer_stretch, 0.0) << "rank " << r;
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_NEAR(got[r].peer_stretch, (1.5 + 2.1) / 2, 1e-5) << "rank " << r;
+    EXPECT_TRUE(got[r].stop) << "rank " << r;
+    EXPECT_FALSE(got[r].probe) << "rank " << r;
+    EXPECT_FLOAT_EQ(grad0[r], 2.0f) << "rank " << r << ": the mean of 1, 2 and 3";
+  }
 }
 
 TEST(VotesTest, EveryMixOfStopAndProbeVotesDecodesAfterTheScaledFp32Sum) {
