@@ -59,7 +59,7 @@ struct Reducer::Impl {
   std::vector<std::vector<size_t>> assignment;
   std::vector<size_t> bucket_of;    // per parameter
   std::vector<at::Tensor> buffers;  // per bucket; the last has kTrailer elements after its gradients
-  std::vector<at::Tensor> grads;    // per bucket: buffer without the flag
+  std::vector<at::Tensor> grads;    // per bucket: buffer without the trailer
   std::vector<at::Tensor> views;    // per parameter: its .grad
   // Held so that the hooks stay registered: a parameter's autograd meta only
   // keeps a weak reference to its AccumulateGrad node.

@@ -119,7 +119,7 @@ class Reducer {
   // it back into the bucket and restore the view. Cheap: pointer compares.
   void RebindGrads();
 
-  // Gradients of each bucket, flag element excluded: the flat tensors the
+  // Gradients of each bucket, the trailer (votes, shared stretch) excluded: the flat tensors the
   // optimiser and the gradient-norm pass may walk instead of per-parameter
   // views.
   const std::vector<at::Tensor>& bucket_grads() const;

@@ -63,6 +63,9 @@ void ThrottledCompute::Restore(FaultId id) {
   factors_.Erase(id);
   std::lock_guard<std::mutex> lock(mu_);
   StartWindow();
+  // Recovered: what it shares from now on is measured from now on, not on
+  // its steps before the slowdown (found by review).
+  if (factors_.Product() <= 1.0) healthy_.clear();
   if (factors_.Product() > 1.0 || !quota_ || cores_ == 0) return;
   if (Status st = quota_->Unlimit(); !st.ok()) DropQuota(st.message());
   cores_ = 0;
@@ -93,11 +96,14 @@ void ThrottledCompute::OnStep(double compute_ms, double cpu_ms) {
   if (++steps_ == 1 || compute_ms <= 0 || cpu_ms <= 0) return;  // the first step warms up
   const Sample step{compute_ms, cpu_ms};
   const double f = factors_.Product();
-  if (f <= 1.0 || !quota_ || (cores_ == 0 && base_stretch_ == 0)) {
+  // Slowed by the sleep fallback: a slowed step (not a healthy one to
+  // measure or share), and no quota to steer.
+  if (f > 1.0 && !quota_) return;
+  if (f <= 1.0 || (cores_ == 0 && base_stretch_ == 0)) {
     // A healthy step (or one run before the quota took hold): the baseline.
     healthy_.push_back(step);
     if (healthy_.size() > kHealthySteps) healthy_.pop_front();
-    if (f <= 1.0 || !quota_ || healthy_.size() < kMinHealthy) return;
+    if (f <= 1.0 || healthy_.size() < kMinHealthy) return;
     base_stretch_ = Stretch(std::vector<Sample>(healthy_.begin(), healthy_.end()));
     if (base_stretch_ <= 0) return;
     // First guess: the share of a core the training thread got while it
@@ -114,8 +120,11 @@ void ThrottledCompute::OnStep(double compute_ms, double cpu_ms) {
 
 void ThrottledCompute::OnPeers(double stretch) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!(stretch >= 1.0)) return;  // none reported (every rank slowed, or one alone)
-  peers_sum_ += stretch;
+  // None reported (every rank slowed, or one alone), or this rank is not
+  // slowed and steers nothing. At least 1: a mean of ranks that all read
+  // 1.0 may come back a rounding below it from the fp32 sums.
+  if (!(stretch > 0) || factors_.Product() <= 1.0) return;
+  peers_sum_ += std::max(1.0, stretch);
   ++peers_n_;
 }
 

@@ -71,7 +71,8 @@ class ThrottledCompute : public ComputeSeam {
   // slowed rank steers to `factor` times it.
   void OnPeers(double stretch);
   // What this rank reports for the exchange: its compute's stretch over
-  // its last healthy steps; 0 while it is slowed (or before a step).
+  // its last healthy steps (since it last recovered); 0 while it is slowed
+  // and before its first measured step (the second: the first warms up).
   double SharedStretch() const;
   // Around a probe: the quota is lifted, then put back.
   void Pause();

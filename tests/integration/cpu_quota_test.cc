@@ -234,8 +234,8 @@ MixedSteps SlowedMixed() {
     c.Slow(0, 3.0);
     // Four short steps (the governor measures on the first three after
     // its warm-up step), then long and short ones mixed. Each kind's mean
-    // over many steps, not its median: one step in a few runs without the
-    // quota (the governor's sample), and the slowdown is the total's.
+    // over many steps, not its median: the governor steers several steps
+    // together, and a short step may run whole inside one quota period.
     for (int step = 0; step < 64; ++step) {
       const bool is_long = step >= 4 && step % 3 != 0;
       const Work w = DoWork(is_long ? 1.0 : 0.25);
@@ -371,15 +371,21 @@ TEST(ThrottledCompute, AStragglerIsTheSlowdownTimesSlowerThanAPeerSharingItsCore
   ExpectSlowed(
       [] {
         return TotalsInChild([] {
-          cpu_set_t one;  // one core, for the straggler and, later, its peer
+          // One core (the first this process may use), for the straggler and, later, its peer.
+          cpu_set_t allowed, one;
+          if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return std::string("sched_getaffinity failed");
+          int cpu = 0;
+          while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &allowed)) ++cpu;
           CPU_ZERO(&one);
-          CPU_SET(0, &one);
+          CPU_SET(cpu, &one);
           if (sched_setaffinity(0, sizeof one, &one) != 0) return std::string("sched_setaffinity failed");
           struct Shared {
             std::atomic<double> stretch{0};
             std::atomic<int64_t> steps{0};
             std::atomic<bool> go{false}, stop{false};
           };
+          // Shared across fork: only lock-free atomics work there.
+          static_assert(std::atomic<double>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
           void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
           if (mem == MAP_FAILED) return std::string("mmap failed");
           auto* shared = new (mem) Shared;

@@ -167,6 +167,27 @@ TEST(ThrottledCompute, WithoutAProcessOfItsOwnTheSlowdownIsSleptOut) {
   EXPECT_DOUBLE_EQ(c.sleep_factor(), 1.0);
 }
 
+// What a rank shares for a slowed peer's governor (agent/reducer.h): its
+// healthy compute's stretch; nothing while slowed; and after it recovers,
+// only what it measured since (found by review: its steps from before the
+// slowdown were shared after the recovery, and under the sleep fallback its
+// slowed steps too, each three times as long).
+TEST(ThrottledCompute, ARankSharesItsHealthyStretchOnlyAndAfterARecoveryFromScratch) {
+  ThrottledCompute c("");  // the sleep fallback: no cgroup needed
+  EXPECT_EQ(c.SharedStretch(), 0.0) << "nothing measured yet";
+  c.OnStep(12.0, 10.0);  // the warm-up step: not measured
+  EXPECT_EQ(c.SharedStretch(), 0.0);
+  for (int i = 0; i < 3; ++i) c.OnStep(15.0, 10.0);
+  EXPECT_DOUBLE_EQ(c.SharedStretch(), 1.5);
+  c.Slow(0, 3.0);
+  EXPECT_EQ(c.SharedStretch(), 0.0) << "a slowed rank shares none";
+  for (int i = 0; i < 5; ++i) c.OnStep(45.0, 10.0);  // slept out
+  c.Restore(0);
+  EXPECT_EQ(c.SharedStretch(), 0.0) << "neither its slowed steps nor the ones before";
+  c.OnStep(11.0, 10.0);
+  EXPECT_DOUBLE_EQ(c.SharedStretch(), 1.1);
+}
+
 TEST(FaultRunner, EveryRunTimeKindActsOnItsSeam) {
   TestSeams t;
   v1::ResolvedFault slow_io;
