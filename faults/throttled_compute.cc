@@ -137,7 +137,8 @@ double ThrottledCompute::SharedStretch() const {
 }
 
 void ThrottledCompute::StartWindow() {
-  window_.clear();
+  window_ = Sample{};
+  window_steps_ = 0;
   peers_sum_ = 0;
   peers_n_ = 0;
 }
@@ -172,11 +173,11 @@ void ThrottledCompute::Steer(const Sample& step, double f) {
   // quota or waits out a period, so single steps read 1 or several times
   // the slowdown, and a median of them chased whichever it read (4 ms
   // steps asked 1.8x took 2.7x-16x of their healthy total).
-  window_.push_back(step);
-  double wall = 0, cpu = 0;
-  for (const Sample& x : window_) wall += x.wall_ms, cpu += x.cpu_ms;
+  window_.wall_ms += step.wall_ms;
+  window_.cpu_ms += step.cpu_ms;
+  const double wall = window_.wall_ms, cpu = window_.cpu_ms;
   const double period_ms = static_cast<double>(CpuQuota::kQuotaUs) / 1e3 / cores_;
-  if (window_.size() < kSteerSteps || wall < kSteerPeriods * period_ms) return;
+  if (++window_steps_ < kSteerSteps || wall < kSteerPeriods * period_ms) return;
   const double reference = peers_n_ > 0 ? peers_sum_ / peers_n_ : base_stretch_;
   StartWindow();
   if (cpu <= 0) return;

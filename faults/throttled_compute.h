@@ -120,7 +120,8 @@ class ThrottledCompute : public ComputeSeam {
   double base_stretch_ = 0;         // frozen at the first slowdown that took hold
   double cores_ = 0;                // the limit now; 0: unlimited
   double resume_cores_ = 0;         // the last limit, where a flapping fault resumes
-  std::vector<Sample> window_;      // slowed steps since the last steering
+  Sample window_;                   // the slowed steps since the last steering, summed
+  size_t window_steps_ = 0;         // and how many
   double peers_sum_ = 0;            // the peers' stretch over the window's steps: sum,
   int peers_n_ = 0;                 // and how many steps reported one
 };
