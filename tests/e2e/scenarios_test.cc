@@ -476,11 +476,15 @@ TEST_F(ScenarioTest, LoadingAllOfTheStateFromANewerCheckpointContinuesTheDamaged
   auto m = c().GetMetrics(mr);
   ASSERT_TRUE(m.ok()) << m.status().message();
   ASSERT_GT(m->ranks_size(), 0);
+  // Any rank's: the host that went down lost its last ~100 ms of reports
+  // with its process (seen in CI: step restart-1 missing on rank 0), the
+  // survivors flushed theirs before they failed.
   int64_t before = -1, after = -1;
-  for (const auto& row : m->ranks(0).rows()) {
-    if (row.step() == restart - 1 && before < 0) before = row.consumed_samples();
+  for (const auto& rank : m->ranks())
+    for (const auto& row : rank.rows())
+      if (row.step() == restart - 1 && before < 0) before = row.consumed_samples();
+  for (const auto& row : m->ranks(0).rows())
     if (row.step() == restart) after = row.consumed_samples();  // the resumed run's, last
-  }
   EXPECT_EQ(before, restart * 1024) << "4 ranks x 256 samples per step";
   EXPECT_EQ(after, 1024) << "one step into the dataset again";
   // What the learner's probe shows of the job as deployed: the resume loses state.
