@@ -84,6 +84,8 @@ v1::ApplyFixRequest WrongFix(const v1::Scenario& sc, int culprit) {
   else if (id == "night-restart" || id == "data-audit") set("checkpoint.restore", "all");
   else if (id == "after-the-outage") set("checkpoint.every", "50");  // five times fewer writes, still far too many
   else if (id == "rack-failure") set("grad_accum_steps", "2"), set("data.batch_size", "16");  // accumulated, still 64 a step
+  else if (id == "board-failure")
+    set("optim.zero_stage", "0");  // replicate the state: the checkpoint is still sharded
   else f.add_replace_host_ranks(culprit >= 0 ? (culprit + 1) % world : 0);     // a healthy host
   return f;
 }

@@ -213,6 +213,30 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     out.push_back(f);
     return out;
   }
+  // A restart at another world size that died loading a checkpoint whose
+  // optimiser state is partitioned by the old one: the checkpoint is fine,
+  // the loader takes each rank's shard as its partition. A loader that
+  // reshards from the manifest reads it at any world size.
+  std::string layout_error;
+  const std::vector<int> relaid = FailedWith(st, &layout_error, [](const std::string& m) {
+    return m.find("resume from") != std::string::npos &&
+           m.find("saved with a data-parallel world size of") != std::string::npos;
+  });
+  if (!relaid.empty()) {
+    f.found = true;
+    f.cause = "checkpoint-layout";
+    f.evidence =
+        RanksText(relaid) + " could not resume: \"" + layout_error.substr(0, 300) +
+        "\". The job came back on " + std::to_string(st.ranks_size()) +
+        " ranks; the checkpoint's optimiser state is partitioned across the ranks that wrote it, and "
+        "checkpoint.load " +
+        (st.job().checkpoint().load().empty() ? "(default)" : st.job().checkpoint().load()) +
+        " reads rank r's partition from shard r. Load it resharded: each rank cuts its partition out of "
+        "the chunks the manifest maps, at the world size the job has now.";
+    Set(&f.fix, "checkpoint.load", "resharded");
+    out.push_back(f);
+    return out;
+  }
   // A rank lost, or starting again (the launcher restarting the job): the
   // others' windows are of a run that is over, whatever they read. Their
   // timing is no evidence until the job runs again (night-restart seed 107

@@ -380,6 +380,27 @@ bool Stalled(const v1::RankStatus& r) {
 void PrintConfig(const v1::SessionStatus& st, std::ostream& out) {
   std::vector<std::pair<std::string, std::string>> kv;
   PrintFields(st.job(), "", &kv);
+  // Settings whose default is a policy the job runs with, shown with it
+  // where the job leaves them out: how the optimiser's state is laid out,
+  // how the launcher restarts the job and how a resume reads a checkpoint
+  // are part of every job, not only of the ones that set them.
+  const v1::JobSpec& j = st.job();
+  const std::vector<std::pair<std::string, std::string>> defaults = {
+      {"optim.zero_stage", "0"},
+      {"checkpoint.load", "resharded"},
+      {"elastic.max_restarts", "0"},
+      {"elastic.min_nodes", std::to_string(j.world_size())},
+  };
+  for (const auto& [key, value] : defaults) {
+    const bool set = std::any_of(kv.begin(), kv.end(), [&](const auto& e) { return e.first == key; });
+    if (set) continue;
+    // After the last key of its section (the part before the first dot), as a set one would be.
+    const std::string section = key.substr(0, key.find('.') + 1);
+    auto at = kv.end();
+    for (auto it = kv.begin(); it != kv.end(); ++it)
+      if (it->first.rfind(section, 0) == 0) at = it + 1;
+    kv.insert(at, {key, value});
+  }
   size_t width = 0;
   for (const auto& [k, v] : kv) width = std::max(width, k.size() + 3 + v.size());
   // Each key's class says what a fix may change (controller/job_keys.cc):

@@ -317,6 +317,49 @@ void SessionManager::Finish(Session& s, Lock& lock, SessionState state) {
   SetState(s, state);
 }
 
+std::set<std::string> SessionManager::DownHosts(const Session& s) {
+  std::set<std::string> down;
+  for (const auto& f : s.rec.faults())
+    if (f.kind() == "rank_crash" && f.rank_crash().stays_down() && !f.host().empty() &&
+        s.main_newest_step + 1 >= f.trigger_step())
+      down.insert(f.host());
+  return down;
+}
+
+// The ranks on `down` hosts leave the job; the rest are numbered anew in
+// host order, as a rendezvous of the nodes that are left assigns them.
+// Faults follow their host (or their rank's new number); the session's
+// world size, the healthy job's and what the learner reads shrink with it.
+void SessionManager::ShrinkWorld(Session& s, Lock& lock, const std::set<std::string>& down) {
+  for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank)
+    if (down.count(s.ranks[rank].host)) RetireAgent(s, lock, rank);  // may unlock: no indices held across it
+  std::vector<Rank> kept;
+  std::map<int, int> renumbered;  // old rank -> new
+  google::protobuf::RepeatedPtrField<std::string> hosts;
+  for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
+    const std::string host = rank < s.rec.hosts_size() ? s.rec.hosts(rank) : s.ranks[rank].host;
+    if (down.count(s.ranks[rank].host)) {
+      RemoveHost(s, host);
+      continue;
+    }
+    renumbered[rank] = static_cast<int>(kept.size());
+    kept.push_back(std::move(s.ranks[rank]));
+    *hosts.Add() = host;
+  }
+  s.ranks = std::move(kept);
+  *s.rec.mutable_hosts() = hosts;
+  const int world = static_cast<int>(s.ranks.size());
+  s.rec.mutable_job()->set_world_size(world);
+  s.rec.mutable_info()->set_world_size(world);
+  s.healthy_job.set_world_size(world);
+  for (auto& f : *s.rec.mutable_faults()) {
+    if (f.all_ranks()) continue;
+    auto it = renumbered.find(f.rank());
+    f.set_rank(it == renumbered.end() ? -1 : it->second);  // -1: its rank left with its host
+  }
+  Save(s);
+}
+
 // As torchrun's elastic agent restarts its worker group: the first failure
 // is the root cause, every worker goes, and all start again, resuming from
 // checkpoint.resume_from ("latest": the newest step with a manifest), until
@@ -370,6 +413,37 @@ bool SessionManager::SuperviseMain(Session& s, Lock& lock, std::chrono::steady_c
       Save(s);
       continue;
     }
+    // A host that is down for good: the launcher goes on without it where
+    // job.elastic.min_nodes allows (torchrun --nnodes=MIN:MAX), else the
+    // job waits for hosts that will not come.
+    std::string shrunk;
+    const std::set<std::string> down = DownHosts(s);
+    const int world = static_cast<int>(s.ranks.size());
+    int up = 0;
+    std::string gone;  // the job's hosts among them (an earlier restart left the others)
+    for (const auto& r : s.ranks) {
+      if (!down.count(r.host))
+        ++up;
+      else
+        gone += (gone.empty() ? "" : ", ") + r.host;
+    }
+    if (!gone.empty()) {
+      const int min_nodes = s.rec.job().elastic().min_nodes() > 0 ? s.rec.job().elastic().min_nodes() : world;
+      if (up < min_nodes) {
+        s.main_down = true;
+        AddEvent(s, "job_down", -1,
+                 "the job failed (" + cause + ") and cannot restart: host(s) " + gone +
+                     " did not come back, " + std::to_string(up) + " of its " + std::to_string(world) +
+                     " hosts are up and it needs " + std::to_string(min_nodes) + " (elastic.min_nodes)");
+        Save(s);
+        continue;
+      }
+      ShrinkWorld(s, lock, down);
+      if (acted()) return true;
+      shrunk = " on the " + std::to_string(up) + " hosts that are up (world size " + std::to_string(world) +
+               " -> " + std::to_string(up) + ", elastic.min_nodes " + std::to_string(min_nodes) +
+               "; host(s) " + gone + " did not come back)";
+    }
     ++s.main_restarts;
     auto resume = VerifyResumePoint(s, lock);
     if (acted()) return true;
@@ -381,13 +455,14 @@ bool SessionManager::SuperviseMain(Session& s, Lock& lock, std::chrono::steady_c
     } else if (!resume.ok()) {
       from = "latest (the checkpoints could not be listed: " + resume.status().message() + ")";
     }
-    AddEvent(s, "job_restarted", -1,
-             "restart " + std::to_string(s.main_restarts) + " of " + std::to_string(max_restarts) +
-                 " (elastic.max_restarts) after " + cause +
-                 (newest >= 0 ? " at step " + std::to_string(newest) : " before its first step") + "; resuming from " +
-                 from + (newest >= 0 ? ", " + std::to_string(std::max<int64_t>(0, newest + 1 - from_step)) +
-                                           " steps lost"
-                                     : ""));
+    AddEvent(
+        s, "job_restarted", -1,
+        "restart " + std::to_string(s.main_restarts) + " of " + std::to_string(max_restarts) +
+            " (elastic.max_restarts)" + shrunk + " after " + cause +
+            (newest >= 0 ? " at step " + std::to_string(newest) : " before its first step") +
+            "; resuming from " + from +
+            (newest >= 0 ? ", " + std::to_string(std::max<int64_t>(0, newest + 1 - from_step)) + " steps lost"
+                         : ""));
     if (Status st = EnsureAgents(s, lock); !st.ok()) {
       if (acted()) return true;
       s.main_down = true;

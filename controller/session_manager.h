@@ -211,6 +211,10 @@ class SessionManager : public AgentListener {
   // The drill's run until the learner acts (true) or `deadline` (false),
   // restarted after failures as job.elastic says.
   bool SuperviseMain(Session& s, Lock& lock, std::chrono::steady_clock::time_point deadline);
+  // Hosts a crash took for good (rank_crash stays_down, past its trigger).
+  static std::set<std::string> DownHosts(const Session& s);
+  // The job goes on without the ranks on `down` hosts (elastic.min_nodes).
+  void ShrinkWorld(Session& s, Lock& lock, const std::set<std::string>& down);
   bool RunOver(const Session& s) const;
   // finished/failed once every rank has ended.
   void UpdateRunState(Session& s);

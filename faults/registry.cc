@@ -1,6 +1,7 @@
 #include "faults/registry.h"
 
 #include "faults/checkpoint_cadence.h"
+#include "faults/checkpoint_load.h"
 #include "faults/collective_desync.h"
 #include "faults/comm_misconfig.h"
 #include "faults/corrupt_checkpoint.h"
@@ -52,6 +53,8 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
        nullptr, ApplyCheckpointCadence},
       {"stale_accumulation", Scope::kRank, ValidateStaleAccumulation,
        nullptr, ApplyStaleAccumulation},
+      {"checkpoint_load", Scope::kRank, ValidateCheckpointLoad,
+       nullptr, ApplyCheckpointLoad},
       {"comm_misconfig", Scope::kHost, ValidateCommMisconfig,
        [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
          return std::make_unique<CommMisconfig>(id, f.comm_misconfig().socket_ifname());
@@ -122,6 +125,7 @@ const std::vector<CauseInfo>& CauseTaxonomy() {
       {"grad-accumulation-bug", "numerics", "gradient accumulation is wrong: unscaled gradients or an all-reduce on every micro-step"},
       {"global-batch-change", "numerics", "the global batch (ranks x per-rank batch x accumulation) is not the one the job was tuned at: a change of world size nobody compensated"},
       {"corrupt-checkpoint", "state", "a checkpoint shard is damaged, truncated or missing"},
+      {"checkpoint-layout", "state", "a checkpoint's layout does not fit the job that loads it (sharded state saved at another world size or parallel layout)"},
       {"resume-without-state", "state", "a resume restored the weights but not the optimiser, RNG or data state"},
       {"checkpoint-cadence", "state", "checkpoints come far too often for what one costs, or far too rarely for how often hosts fail"},
       {"padding-waste", "input pipeline", "most of each batch is padding: compute spent on tokens that are not data"},

@@ -142,6 +142,7 @@ Check CheckJob(const v1::JobSpec& j, const std::string& p) {
   if (j.elastic().max_restarts() > 10)
     return Fail(Join(p, "elastic.max_restarts"), "must be at most 10 (each restart relaunches every rank), got " +
                                                      std::to_string(j.elastic().max_restarts()));
+  FD_CHECK(InRange(Join(p, "elastic.min_nodes"), j.elastic().min_nodes(), 0, j.world_size()));
   FD_CHECK(OneOf(Join(p, "comm.backend"), j.comm().backend(), {"gloo"}));
   FD_CHECK(OneOf(Join(p, "comm.transport"), j.comm().transport(), {"", "auto", "gloo"}));
   FD_CHECK(OneOf(Join(p, "comm.accumulation_sync"), j.comm().accumulation_sync(), {"", "once", "every_micro_batch"}));
@@ -411,6 +412,56 @@ Check CheckScenario(const v1::Scenario& s) {
     if (s.verify().loss_vs_baseline_max() <= 0)
       return Fail(p + ".kind", "stale_accumulation needs verify.loss_vs_baseline_max: the global batch shows in "
                                "the loss, not in the speed");
+  }
+  // A host that stays down shows through the launcher: it restarts the job
+  // without it (elastic.min_nodes below the world size) or the job stays
+  // down until a host replaces it.
+  for (int i = 0; i < s.faults_size(); ++i) {
+    const v1::FaultSpec& f = s.faults(i);
+    if (f.kind() != "rank_crash" || !f.rank_crash().stays_down()) continue;
+    const auto& el = s.job().elastic();
+    if (el.min_nodes() > 0 && el.min_nodes() < s.job().world_size() && el.max_restarts() < 1)
+      return Fail(
+          Indexed("faults", i) + ".params.stays_down",
+          "needs job.elastic.max_restarts >= 1 where job.elastic.min_nodes lets the job go on without the "
+          "host: only a restart goes on without it");
+    bool names_ranks = s.answer().culprit_ranks_size() > 0;
+    for (const auto& fd : s.answer().findings()) names_ranks = names_ranks || fd.culprit_ranks_size() > 0;
+    if (el.min_nodes() > 0 && el.min_nodes() < s.job().world_size() && names_ranks)
+      return Fail(
+          Indexed("faults", i) + ".params.stays_down",
+          "lets the job go on with fewer ranks, numbered anew: the answer can name no culprit ranks then "
+          "(the numbers a learner reads change at the restart)");
+  }
+  // A per-rank loader is exact at the world size it saved at: only a restart
+  // on fewer hosts, from a partitioned checkpoint, shows it.
+  for (int i = 0; i < s.faults_size(); ++i) {
+    const v1::FaultSpec& f = s.faults(i);
+    if (f.kind() != "checkpoint_load") continue;
+    const std::string p = Indexed("faults", i);
+    const auto& j = s.job();
+    if (j.checkpoint().load() == f.checkpoint_load().load())
+      return Fail(p + ".params.load", "is the healthy job's own checkpoint.load (\"" + j.checkpoint().load() +
+                                          "\"): the fault changes nothing");
+    if (j.optim().zero_stage() != 1)
+      return Fail(p + ".kind",
+                  "checkpoint_load needs job.optim.zero_stage: 1: only a checkpoint whose optimiser "
+                  "state is partitioned across the ranks has a layout tied to the world size");
+    if (j.checkpoint().every() <= 0 || j.checkpoint().resume_from() != "latest" ||
+        j.elastic().max_restarts() < 1)
+      return Fail(p + ".kind",
+                  "checkpoint_load needs job.checkpoint.every > 0, job.checkpoint.resume_from: latest "
+                  "and job.elastic.max_restarts >= 1: it shows when the launcher resumes the job");
+    if (j.elastic().min_nodes() < 1 || j.elastic().min_nodes() >= j.world_size())
+      return Fail(p + ".kind",
+                  "checkpoint_load needs job.elastic.min_nodes between 1 and world_size - 1: it shows "
+                  "when the launcher restarts the job on fewer hosts");
+    bool gone = false;
+    for (const auto& c : s.faults()) gone = gone || (c.kind() == "rank_crash" && c.rank_crash().stays_down());
+    if (!gone)
+      return Fail(p + ".kind",
+                  "checkpoint_load needs a rank_crash fault with params.stays_down: true: at the world "
+                  "size it saved at, a per-rank load is exact and nothing shows");
   }
   // A damaged checkpoint shows only when a restart reads it, and there must
   // be a good one left to go back to.

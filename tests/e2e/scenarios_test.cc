@@ -67,6 +67,7 @@ const std::vector<Case> kCases = {
     {"night-restart", 107, {"resume-without-state"}},
     {"data-audit", 109, {"resume-without-state"}},
     {"after-the-outage", 111, {"checkpoint-cadence"}},
+    {"board-failure", 115, {"checkpoint-layout"}},
     // Memory.
     {"mig-slices", 105, {"out-of-memory"}},
 };
@@ -255,7 +256,8 @@ TEST_P(AutopilotTest, NothingReadBeforeTheDiagnosisNamesTheAnswerAndTheAutopilot
   for (const auto& other : kCases)
     for (const auto& cause : other.causes) secrets.push_back(cause);
   // Fault parameter names (the config keys a fault changes are legitimately visible).
-  for (const char* p : {"slowdown", "trigger_step", "all_ranks", "latency_us", "bandwidth_gbps"})
+  for (const char* p :
+       {"slowdown", "trigger_step", "all_ranks", "latency_us", "bandwidth_gbps", "stays_down"})
     secrets.push_back(p);
   for (const auto& secret : secrets) {
     const size_t at = text.find(secret);

@@ -547,6 +547,37 @@ TEST(AutopilotCheckpoints, ARestartThatCannotLoadItsShardIsACorruptCheckpoint) {
   for (const auto& f : ReasonAll(st)) EXPECT_NE(f.cause, "corrupt-checkpoint");
 }
 
+TEST(AutopilotCheckpoints, ARestartOnFewerRanksThatCannotSplitTheOptimiserStateIsTheLayout) {
+  v1::SessionStatus st;
+  for (int r = 0; r < 3; ++r) {
+    auto* rank = st.add_ranks();
+    rank->set_rank(r);
+    rank->set_state("failed");
+    rank->set_message(
+        "rank " + std::to_string(r) +
+        ": resume from /ck/step-840: the checkpoint was saved with a data-parallel world size of 4 and "
+        "this job has 3 ranks: rank-" +
+        std::to_string(r) +
+        ".pt holds 1/4 of the optimiser state, not the 1/3 this rank needs, and a per-rank load "
+        "(checkpoint.load: per_rank) does not partition the state anew");
+  }
+  st.mutable_job()->mutable_checkpoint()->set_load("per_rank");
+  auto found = ReasonAll(st);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].cause, "checkpoint-layout");
+  EXPECT_TRUE(found[0].ranks.empty());  // the whole job's setting
+  ASSERT_EQ(found[0].fix.settings_size(), 1);
+  EXPECT_EQ(found[0].fix.settings(0).key(), "checkpoint.load");
+  EXPECT_EQ(found[0].fix.settings(0).value(), "resharded");
+  // A shard whose bytes do not match is not this.
+  st.mutable_ranks(1)->set_message(
+      "rank 1: resume from /ck/step-600: checkpoint /ck/step-600/rank-1.pt: SHA-256 "
+      "mismatch (manifest 3f1c09ab, file 77d2e410): the shard is corrupt");
+  st.mutable_ranks(0)->set_state("stopped");
+  st.mutable_ranks(2)->set_state("stopped");
+  for (const auto& f : ReasonAll(st)) EXPECT_NE(f.cause, "checkpoint-layout");
+}
+
 TEST(AutopilotCheckpoints, GoesBackToTheNewestCheckpointThatVerifies) {
   v1::ListCheckpointsResponse list;
   auto add = [&](int64_t step, bool valid, const std::string& reason) {

@@ -198,6 +198,35 @@ TEST(ConfigFaults, StaleAccumulationSetsTheAccumulationStepsAndNothingElse) {
   EXPECT_EQ(got.DebugString(), want.DebugString());
 }
 
+TEST(ConfigFaults, CheckpointLoadSetsTheLoaderAndNothingElse) {
+  const FaultKind* k = FindFaultKind("checkpoint_load");
+  ASSERT_NE(k, nullptr);
+  v1::FaultSpec f = Spec("checkpoint_load");
+  EXPECT_NE(k->validate(f).message().find("params.load must be \"per_rank\""), std::string::npos)
+      << k->validate(f).message();
+  f.mutable_checkpoint_load()->set_load("resharded");  // loads at any world size: no fault
+  EXPECT_FALSE(k->validate(f).ok());
+  f.mutable_checkpoint_load()->set_load("per_rank");
+  EXPECT_TRUE(k->validate(f).ok()) << k->validate(f).message();
+  f.mutable_trigger()->mutable_step()->set_value(30);
+  EXPECT_NE(k->validate(f).message().find("trigger.step must be 0"), std::string::npos);
+  f.mutable_trigger()->mutable_step()->set_value(0);
+  f.mutable_target()->set_all_ranks(false);
+  EXPECT_NE(k->validate(f).message().find("all_ranks"), std::string::npos);
+  v1::JobSpec job;
+  job.set_world_size(4);
+  job.mutable_optim()->set_zero_stage(1);
+  job.mutable_checkpoint()->set_every(60);
+  job.mutable_checkpoint()->set_resume_from("latest");
+  v1::ResolvedFault rf;
+  rf.set_kind("checkpoint_load");
+  rf.mutable_checkpoint_load()->set_load("per_rank");
+  v1::JobSpec got = job, want = job;
+  ApplyFaultsToJob({rf}, &got);
+  want.mutable_checkpoint()->set_load("per_rank");
+  EXPECT_EQ(got.DebugString(), want.DebugString());
+}
+
 TEST(ConfigFaults, AllRanksTargetReachesEveryRankOnEveryHost) {
   v1::Scenario s;
   s.mutable_job()->set_world_size(3);

@@ -174,12 +174,18 @@ TEST(ScenarioLoader, FaultWindowsAndFlapping) {
 
 TEST(ScenarioLoader, UnknownFaultKindListsKnownKinds) {
   EXPECT_EQ(ErrorOf(With("kind: straggler", "kind: gremlin")),
-            "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, dataloader_starvation, padding_waste, "
-            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, resume_without_state, checkpoint_cadence, stale_accumulation, comm_misconfig, silent_divergence, corrupt_checkpoint, rank_crash, slow_link");
+            "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, "
+            "dataloader_starvation, padding_waste, "
+            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, "
+            "resume_without_state, checkpoint_cadence, stale_accumulation, checkpoint_load, comm_misconfig, "
+            "silent_divergence, corrupt_checkpoint, rank_crash, slow_link");
   std::string no_params = With("    params: {slowdown: 2.0}\n", "");
   EXPECT_EQ(ErrorOf(no_params.replace(no_params.find("kind: straggler"), 15, "kind: gremlin")),
-            "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, dataloader_starvation, padding_waste, "
-            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, resume_without_state, checkpoint_cadence, stale_accumulation, comm_misconfig, silent_divergence, corrupt_checkpoint, rank_crash, slow_link");
+            "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, "
+            "dataloader_starvation, padding_waste, "
+            "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, "
+            "resume_without_state, checkpoint_cadence, stale_accumulation, checkpoint_load, comm_misconfig, "
+            "silent_divergence, corrupt_checkpoint, rank_crash, slow_link");
 }
 
 // kGood as a silent-divergence drill: `verify` and `checkpoint` as given.
@@ -555,6 +561,39 @@ TEST(ScenarioLoader, AStaleAccumulationChangesTheHealthyJobsAndIsJudgedOnTheLoss
   EXPECT_NE(msg(Replaced(good, "may_change: [grad_accum_steps, data.batch_size]", "may_change: [data.batch_size]"))
                 .find("'grad_accum_steps' is a workload setting"),
             std::string::npos);
+}
+
+// The shipped board-failure drill with the first `from` replaced by `to`.
+std::string BoardFailure(const std::string& from, const std::string& to) {
+  std::ifstream in(std::string(FIREDRILL_SOURCE_DIR) + "/scenarios/board-failure.yaml");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  const auto at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return at == std::string::npos ? s : s.replace(at, from.size(), to);
+}
+
+TEST(ScenarioLoader, APerRankLoaderNeedsAShardedCheckpointAndARestartOnFewerHosts) {
+  ASSERT_TRUE(ParseScenario(BoardFailure("", ""), "t.yaml").ok());
+  EXPECT_NE(ErrorOf(BoardFailure("zero_stage: 1", "zero_stage: 0"))
+                .find("faults[1].kind: checkpoint_load needs job.optim.zero_stage: 1"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(BoardFailure("min_nodes: 2", "min_nodes: 4"))
+                .find("checkpoint_load needs job.elastic.min_nodes between 1 and world_size - 1"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(BoardFailure("min_nodes: 2", "min_nodes: 5")).find("elastic.min_nodes"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(BoardFailure("stays_down: true", "stays_down: false"))
+                .find("checkpoint_load needs a rank_crash fault with params.stays_down: true"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(BoardFailure("resume_from: latest", "resume_from: \"\"")).find("resume_from: latest"),
+            std::string::npos);
+  // The job goes on with its ranks numbered anew: no culprit rank can be named.
+  EXPECT_NE(
+      ErrorOf(BoardFailure("cause: checkpoint-layout", "cause: checkpoint-layout\n  culprit_ranks: [0]"))
+          .find("faults[0].params.stays_down: lets the job go on with fewer ranks"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -227,6 +227,27 @@ v1::Scenario Drill() {
   return sc;
 }
 
+// Three ranks; the host of rank 1 goes down for good at step 3 of the
+// drill's run, and the launcher may go on with `min_nodes` hosts.
+v1::Scenario ShrinkDrill(const std::string& id, int min_nodes) {
+  v1::Scenario sc = Drill();
+  sc.set_id(id);
+  sc.mutable_job()->set_world_size(3);
+  sc.mutable_job()->mutable_elastic()->set_max_restarts(1);
+  sc.mutable_job()->mutable_elastic()->set_min_nodes(min_nodes);
+  sc.clear_faults();
+  auto* f = sc.add_faults();
+  f->set_kind("rank_crash");
+  f->mutable_target()->mutable_host_of_rank()->set_value(1);
+  f->mutable_trigger()->mutable_step()->set_value(3);
+  f->mutable_rank_crash()->set_stays_down(true);
+  sc.mutable_answer()->Clear();
+  sc.mutable_answer()->set_cause("rank-crash");
+  sc.clear_remediations();
+  sc.add_remediations()->add_actions()->mutable_set()->set_key("comm.timeout_s");
+  return sc;
+}
+
 class SessionDriveTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -254,7 +275,10 @@ class SessionDriveTest : public ::testing::Test {
     no_node.mutable_tools()->set_node(false);
     no_node.mutable_tools()->set_metrics(false);
     no_node.mutable_tools()->set_checkpoints(false);
-    sm_ = std::make_unique<SessionManager>(opts, store_.get(), &pool_, std::vector<v1::Scenario>{Drill(), no_node});
+    sm_ = std::make_unique<SessionManager>(
+        opts, store_.get(), &pool_,
+        std::vector<v1::Scenario>{Drill(), no_node, ShrinkDrill("drive-shrink", 2),
+                                  ShrinkDrill("drive-wait", 3)});
     ASSERT_TRUE(sm_->Init().ok());
   }
   void TearDown() override {
@@ -681,6 +705,81 @@ TEST_F(SessionDriveTest, ARankWhoseAgentFailedAndLeftIsReplacedBeforeTheNextRun)
   auto st = sm_->GetStatus(id);
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->ranks(1).host(), "node-2") << "rank 1 moved to the spare agent's host";
+}
+
+// torchrun --nnodes=2:3: a host that does not come back leaves the job,
+// which restarts on the hosts that are left with its ranks numbered anew,
+// and is verified at that size.
+TEST_F(SessionDriveTest, AHostThatStaysDownLeavesTheJobWhichRestartsSmallerAndIsVerifiedSo) {
+  StandIn& a0 = Agent("a0", "node-0");
+  StandIn& a1 = Agent("a1", "node-1");
+  StandIn& a2 = Agent("a2", "node-2");
+  WaitAgents(3);
+  a1.FailJob(2);  // the main run (job 1 is the baseline): the host goes at step 3
+  const std::string id = StartRunning("drive-shrink");
+  std::string restarted;
+  for (int i = 0; i < 1000 && restarted.empty(); ++i) {
+    auto st = sm_->GetStatus(id);
+    ASSERT_TRUE(st.ok());
+    for (const auto& e : st->events())
+      if (e.kind() == "job_restarted") restarted = e.message();
+    if (restarted.empty()) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_NE(
+      restarted.find("on the 2 hosts that are up (world size 3 -> 2, elastic.min_nodes 2; host(s) node-1 did "
+                     "not come back)"),
+      std::string::npos)
+      << restarted;
+  auto st = sm_->GetStatus(id);
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->ranks_size(), 2);
+  EXPECT_EQ(st->ranks(0).host(), "node-0");
+  EXPECT_EQ(st->ranks(1).host(), "node-2") << "the hosts that are left, numbered in order";
+  EXPECT_EQ(st->job().world_size(), 2);
+  EXPECT_EQ(st->session().world_size(), 2);
+  v1::ApplyFixRequest fix;
+  fix.set_session_id(id);
+  auto* kv = fix.add_settings();
+  kv->set_key("comm.timeout_s");
+  kv->set_value("6");
+  ASSERT_TRUE(sm_->Fix(fix).ok());
+  EXPECT_EQ(WaitState(id, SessionState::kScored, 60), Name(SessionState::kScored));
+  auto score = sm_->GetScore(id);
+  ASSERT_TRUE(score.ok());
+  EXPECT_TRUE(score->verification().done()) << score->verification().detail();
+  // Every run after the restart, verification's healthy and fixed sides
+  // alike, ran at world size 2 on the two hosts that are left.
+  const auto after = a2.specs();
+  ASSERT_GE(after.size(), 3u);
+  for (size_t i = 2; i < after.size(); ++i) EXPECT_EQ(after[i].world_size(), 2) << "run " << i + 1;
+  EXPECT_EQ(a0.specs().size(), after.size());
+  EXPECT_EQ(a1.jobs(), 2) << "the host that went down got no job after it";
+}
+
+TEST_F(SessionDriveTest, AJobThatNeedsEveryHostStaysDownWhenOneDoesNotComeBack) {
+  Agent("a0", "node-0");
+  StandIn& a1 = Agent("a1", "node-1");
+  StandIn& a2 = Agent("a2", "node-2");
+  WaitAgents(3);
+  a1.FailJob(2);
+  const std::string id = StartRunning("drive-wait");
+  std::string down;
+  for (int i = 0; i < 1000 && down.empty(); ++i) {
+    auto st = sm_->GetStatus(id);
+    ASSERT_TRUE(st.ok());
+    for (const auto& e : st->events())
+      if (e.kind() == "job_down") down = e.message();
+    if (down.empty()) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_NE(
+      down.find("cannot restart: host(s) node-1 did not come back, 2 of its 3 hosts are up and it needs 3 "
+                "(elastic.min_nodes)"),
+      std::string::npos)
+      << down;
+  EXPECT_EQ(a2.jobs(), 2) << "no restart was started";
+  auto st = sm_->GetStatus(id);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->ranks_size(), 3);
 }
 
 }  // namespace
