@@ -331,15 +331,15 @@ std::set<std::string> SessionManager::DownHosts(const Session& s) {
 // Faults follow their host (or their rank's new number); the session's
 // world size, the healthy job's and what the learner reads shrink with it.
 void SessionManager::ShrinkWorld(Session& s, Lock& lock, const std::set<std::string>& down) {
-  for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank)
-    if (down.count(s.ranks[rank].host)) RetireAgent(s, lock, rank);  // may unlock: no indices held across it
-  std::vector<Rank> kept;
+  // The new world first, without letting go of the lock: a fix or a
+  // diagnosis checked against the world size never sees one half-changed.
+  std::vector<Rank> kept, gone;
   std::map<int, int> renumbered;  // old rank -> new
   google::protobuf::RepeatedPtrField<std::string> hosts;
   for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank) {
     const std::string host = rank < s.rec.hosts_size() ? s.rec.hosts(rank) : s.ranks[rank].host;
     if (down.count(s.ranks[rank].host)) {
-      RemoveHost(s, host);
+      gone.push_back(std::move(s.ranks[rank]));
       continue;
     }
     renumbered[rank] = static_cast<int>(kept.size());
@@ -357,7 +357,16 @@ void SessionManager::ShrinkWorld(Session& s, Lock& lock, const std::set<std::str
     auto it = renumbered.find(f.rank());
     f.set_rank(it == renumbered.end() ? -1 : it->second);  // -1: its rank left with its host
   }
+  // A host that is down is never given a rank again (an agent of it that
+  // registers anew in remote mode included).
+  s.replaced_hosts.insert(down.begin(), down.end());
   Save(s);
+  // Then the agents of the ranks that left (this may let go of the lock;
+  // `gone` is this frame's).
+  for (Rank& r : gone) {
+    RetireAgent(s, lock, r);
+    RemoveHost(s, r.host);
+  }
 }
 
 // As torchrun's elastic agent restarts its worker group: the first failure
@@ -550,7 +559,50 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   SetState(s, SessionState::kFixing);
   StopRun(s, lock);
   const v1::ApplyFixRequest fix = s.rec.fix();
-  for (int rank : fix.replace_host_ranks()) {
+  // A host that went down for good before the launcher went on without it
+  // (the fix came first): the job goes on without it now where
+  // job.elastic.min_nodes allows, else it cannot run. A rank the fix moves
+  // to a new host is not on it any more.
+  std::vector<std::string> replace;  // by host: a shrink numbers the ranks anew
+  for (int rank : fix.replace_host_ranks())
+    if (rank >= 0 && rank < s.rec.hosts_size()) replace.push_back(s.rec.hosts(rank));
+  std::set<std::string> down = DownHosts(s);
+  for (const auto& h : replace) down.erase(h);
+  std::string gone;
+  int up = 0;
+  for (const auto& r : s.ranks) {
+    if (down.count(r.host))
+      gone += (gone.empty() ? "" : ", ") + r.host;
+    else
+      ++up;
+  }
+  if (!gone.empty()) {
+    const int world = static_cast<int>(s.ranks.size());
+    const int min_nodes = s.rec.job().elastic().min_nodes() > 0 ? s.rec.job().elastic().min_nodes() : world;
+    if (up < min_nodes) {
+      SetState(s, SessionState::kVerifying);
+      v1::Verification v;
+      v.set_done(true);
+      v.set_passed(false);
+      v.set_detail("the fixed job cannot run: host(s) " + gone + " did not come back, " + std::to_string(up) +
+                   " of its " + std::to_string(world) + " hosts are up and it needs " +
+                   std::to_string(min_nodes) + " (elastic.min_nodes)");
+      *s.rec.mutable_verification() = v;
+      AddEvent(s, "verification_failed", -1, v.detail());
+      return Finish(s, lock, SessionState::kScored);
+    }
+    ShrinkWorld(s, lock, down);
+    if (s.end_requested) return ended();
+    AddEvent(s, "job_resized", -1,
+             "the job goes on on the " + std::to_string(up) + " hosts that are up (world size " +
+                 std::to_string(world) + " -> " + std::to_string(up) + ", elastic.min_nodes " +
+                 std::to_string(min_nodes) + "; host(s) " + gone + " did not come back)");
+  }
+  std::vector<int> replace_ranks;
+  for (const auto& h : replace)
+    for (int rank = 0; rank < s.rec.hosts_size(); ++rank)
+      if (s.rec.hosts(rank) == h) replace_ranks.push_back(rank);
+  for (int rank : replace_ranks) {
     const std::string old_host = s.rec.hosts(rank);
     const std::string new_host = "node-" + std::to_string(s.rec.next_host_index());
     s.rec.set_next_host_index(s.rec.next_host_index() + 1);

@@ -222,6 +222,8 @@ class SessionManager : public AgentListener {
   // (default: the collective timeout plus 5 s, at most 15 s).
   void StopRun(Session& s, Lock& lock, double grace_s = -1);
   void RetireAgent(Session& s, Lock& lock, int rank);
+  // `r` may be outside s.ranks; it is not touched after the lock is let go.
+  void RetireAgent(Session& s, Lock& lock, Rank& r);
   // Where a rank of `host` runs: its namespace on the fabric (made on first
   // use), or the controller's own without a fabric.
   StatusOr<Placement> PlaceOnHost(Session& s, const std::string& host);

@@ -286,8 +286,9 @@ void SessionManager::StopRun(Session& s, Lock& lock, double grace_s) {
 // Stops a rank's agent on purpose (replace host, hung, teardown). A local
 // agent is killed; a remote one is told to stop its run and is not handed a
 // new job until it reports that run over (the pool tracks that).
-void SessionManager::RetireAgent(Session& s, Lock& lock, int rank) {
-  Rank& r = s.ranks[rank];
+void SessionManager::RetireAgent(Session& s, Lock& lock, int rank) { RetireAgent(s, lock, s.ranks[rank]); }
+
+void SessionManager::RetireAgent(Session& s, Lock& lock, Rank& r) {
   if (r.agent_id.empty()) return;
   s.retired.insert(r.agent_id);
   const std::string id = r.agent_id;

@@ -427,11 +427,13 @@ Check CheckScenario(const v1::Scenario& s) {
           "host: only a restart goes on without it");
     bool names_ranks = s.answer().culprit_ranks_size() > 0;
     for (const auto& fd : s.answer().findings()) names_ranks = names_ranks || fd.culprit_ranks_size() > 0;
+    for (const auto& rem : s.remediations())
+      for (const auto& a : rem.actions()) names_ranks = names_ranks || a.has_replace_host();
     if (el.min_nodes() > 0 && el.min_nodes() < s.job().world_size() && names_ranks)
       return Fail(
           Indexed("faults", i) + ".params.stays_down",
-          "lets the job go on with fewer ranks, numbered anew: the answer can name no culprit ranks then "
-          "(the numbers a learner reads change at the restart)");
+          "lets the job go on with fewer ranks, numbered anew: the answer can name no culprit ranks and "
+          "the remediations replace no host then (the numbers a learner reads change at the restart)");
   }
   // A per-rank loader is exact at the world size it saved at: only a restart
   // on fewer hosts, from a partitioned checkpoint, shows it.
@@ -457,7 +459,22 @@ Check CheckScenario(const v1::Scenario& s) {
                   "checkpoint_load needs job.elastic.min_nodes between 1 and world_size - 1: it shows "
                   "when the launcher restarts the job on fewer hosts");
     bool gone = false;
-    for (const auto& c : s.faults()) gone = gone || (c.kind() == "rank_crash" && c.rank_crash().stays_down());
+    for (int k = 0; k < s.faults_size(); ++k) {
+      const v1::FaultSpec& c = s.faults(k);
+      if (c.kind() != "rank_crash" || !c.rank_crash().stays_down()) continue;
+      gone = true;
+      // Before the first checkpoint the restart starts from step 0 and
+      // loads nothing: the fault would never show.
+      const int64_t first =
+          c.trigger().step().has_draw() ? c.trigger().step().draw().lo() : c.trigger().step().value();
+      if (first <= j.checkpoint().every())
+        return Fail(Indexed("faults", k) + ".trigger.step",
+                    "can be " + std::to_string(first) +
+                        ": the host must go down after the first checkpoint (step > " +
+                        std::to_string(j.checkpoint().every()) +
+                        "), or the restart loads nothing and the per-rank "
+                        "loader never shows");
+    }
     if (!gone)
       return Fail(p + ".kind",
                   "checkpoint_load needs a rank_crash fault with params.stays_down: true: at the world "

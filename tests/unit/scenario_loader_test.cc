@@ -589,6 +589,15 @@ TEST(ScenarioLoader, APerRankLoaderNeedsAShardedCheckpointAndARestartOnFewerHost
             std::string::npos);
   EXPECT_NE(ErrorOf(BoardFailure("resume_from: latest", "resume_from: \"\"")).find("resume_from: latest"),
             std::string::npos);
+  EXPECT_NE(ErrorOf(BoardFailure("draw: [620, 940]", "draw: [40, 940]"))
+                .find("faults[0].trigger.step: can be 40: the host must go down after the first checkpoint"),
+            std::string::npos);
+  EXPECT_NE(
+      ErrorOf(BoardFailure("  - actions: [{set: {key: checkpoint.load, value: resharded}}]",
+                           "  - actions: [{replace_host: 0}]\n  - actions: [{set: {key: checkpoint.load, "
+                           "value: resharded}}]"))
+          .find("the remediations replace no host"),
+      std::string::npos);
   // The job goes on with its ranks numbered anew: no culprit rank can be named.
   EXPECT_NE(
       ErrorOf(BoardFailure("cause: checkpoint-layout", "cause: checkpoint-layout\n  culprit_ranks: [0]"))

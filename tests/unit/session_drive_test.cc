@@ -229,11 +229,11 @@ v1::Scenario Drill() {
 
 // Three ranks; the host of rank 1 goes down for good at step 3 of the
 // drill's run, and the launcher may go on with `min_nodes` hosts.
-v1::Scenario ShrinkDrill(const std::string& id, int min_nodes) {
+v1::Scenario ShrinkDrill(const std::string& id, int min_nodes, int max_restarts = 1) {
   v1::Scenario sc = Drill();
   sc.set_id(id);
   sc.mutable_job()->set_world_size(3);
-  sc.mutable_job()->mutable_elastic()->set_max_restarts(1);
+  sc.mutable_job()->mutable_elastic()->set_max_restarts(max_restarts);
   sc.mutable_job()->mutable_elastic()->set_min_nodes(min_nodes);
   sc.clear_faults();
   auto* f = sc.add_faults();
@@ -278,7 +278,7 @@ class SessionDriveTest : public ::testing::Test {
     sm_ = std::make_unique<SessionManager>(
         opts, store_.get(), &pool_,
         std::vector<v1::Scenario>{Drill(), no_node, ShrinkDrill("drive-shrink", 2),
-                                  ShrinkDrill("drive-wait", 3)});
+                                  ShrinkDrill("drive-wait", 3), ShrinkDrill("drive-no-restart", 2, 0)});
     ASSERT_TRUE(sm_->Init().ok());
   }
   void TearDown() override {
@@ -780,6 +780,57 @@ TEST_F(SessionDriveTest, AJobThatNeedsEveryHostStaysDownWhenOneDoesNotComeBack) 
   auto st = sm_->GetStatus(id);
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->ranks_size(), 3);
+  // No fix brings the host back: the fixed job cannot run.
+  v1::ApplyFixRequest fix;
+  fix.set_session_id(id);
+  auto* kv = fix.add_settings();
+  kv->set_key("comm.timeout_s");
+  kv->set_value("6");
+  ASSERT_TRUE(sm_->Fix(fix).ok());
+  EXPECT_EQ(WaitState(id, SessionState::kScored, 60), Name(SessionState::kScored));
+  auto score = sm_->GetScore(id);
+  ASSERT_TRUE(score.ok());
+  EXPECT_FALSE(score->verification().passed());
+  EXPECT_NE(score->verification().detail().find("the fixed job cannot run: host(s) node-1 did not come back"),
+            std::string::npos)
+      << score->verification().detail();
+  EXPECT_EQ(a2.jobs(), 2) << "nothing ran on the hosts that are left";
+}
+
+// The fix came before the launcher went on without the host (here it has no
+// restarts at all): the job goes on without it when the fix is applied.
+TEST_F(SessionDriveTest, AFixBeforeTheRestartStillRunsWithoutTheHostThatStaysDown) {
+  Agent("a0", "node-0");
+  StandIn& a1 = Agent("a1", "node-1");
+  StandIn& a2 = Agent("a2", "node-2");
+  WaitAgents(3);
+  a1.FailJob(2);
+  const std::string id = StartRunning("drive-no-restart");
+  for (int i = 0; i < 500 && pool_.Connected().size() > 2; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(pool_.Connected().size(), 2u) << "rank 1's agent should have gone";
+  v1::ApplyFixRequest fix;
+  fix.set_session_id(id);
+  auto* kv = fix.add_settings();
+  kv->set_key("comm.timeout_s");
+  kv->set_value("6");
+  ASSERT_TRUE(sm_->Fix(fix).ok());
+  EXPECT_EQ(WaitState(id, SessionState::kScored, 60), Name(SessionState::kScored));
+  auto score = sm_->GetScore(id);
+  ASSERT_TRUE(score.ok());
+  EXPECT_TRUE(score->verification().done()) << score->verification().detail();
+  auto st = sm_->GetStatus(id);
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->ranks_size(), 2);
+  EXPECT_EQ(st->ranks(1).host(), "node-2");
+  bool resized = false;
+  for (const auto& e : st->events())
+    resized =
+        resized || (e.kind() == "job_resized" && e.message().find("world size 3 -> 2") != std::string::npos);
+  EXPECT_TRUE(resized);
+  const auto after = a2.specs();
+  ASSERT_GE(after.size(), 3u);
+  for (size_t i = 2; i < after.size(); ++i) EXPECT_EQ(after[i].world_size(), 2) << "run " << i + 1;
+  EXPECT_EQ(a1.jobs(), 2) << "the host that went down got no job after it";
 }
 
 }  // namespace
