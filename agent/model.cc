@@ -22,6 +22,7 @@ class MlpModel final : public TrainModel {
   explicit MlpModel(torch::nn::Sequential net) : net_(std::move(net)) {
     for (const auto& m : net_->modules(/*include_self=*/false)) {
       if (auto* lin = m->as<torch::nn::Linear>()) linears_.push_back(lin);
+      if (auto* ln = m->as<torch::nn::LayerNorm>()) norms_.push_back(ln);
     }
   }
 
@@ -37,6 +38,12 @@ class MlpModel final : public TrainModel {
       at::Tensor x = Boundary(seam_, batch.x);
       for (size_t i = 0; i < linears_.size(); ++i) {
         x = Linear(seam_, x, linears_[i]->weight, linears_[i]->bias);
+        if (i < norms_.size()) {
+          const auto* ln = norms_[i];
+          // In fp32, as autocast runs layer_norm (a bf16 product comes in).
+          x = at::layer_norm(x.to(at::kFloat), ln->options.normalized_shape(), ln->weight, ln->bias,
+                             ln->options.eps());
+        }
         if (i + 1 < linears_.size()) x = at::relu(x);
         x = Boundary(seam_, x);
       }
@@ -59,6 +66,7 @@ class MlpModel final : public TrainModel {
  private:
   torch::nn::Sequential net_;
   std::vector<torch::nn::LinearImpl*> linears_;
+  std::vector<torch::nn::LayerNormImpl*> norms_;  // one per hidden layer, or none
   ComputeSeam seam_;
 };
 
@@ -103,6 +111,9 @@ Status ValidateModelSpec(const v1::ModelSpec& spec) {
   if (spec.kind() == "gpt-tiny") {
     if (spec.vocab_size() < 0) return InvalidArgument("model.vocab_size must be >= 0 (0 = 256)");
     if (spec.mlp_ratio() < 0) return InvalidArgument("model.mlp_ratio must be >= 0 (0 = 4)");
+    if (!spec.norm().empty() && spec.norm() != "layer")
+      return InvalidArgument("gpt-tiny is pre-LN: model.norm must be \"layer\" or left out, got \"" +
+                             spec.norm() + "\"");
     return ValidateGptConfig(GptConfigFromSpec(spec));
   }
   if (spec.kind() != "mlp") {
@@ -112,6 +123,8 @@ Status ValidateModelSpec(const v1::ModelSpec& spec) {
   if (spec.num_classes() <= 1) return InvalidArgument("model.num_classes must be > 1");
   if (spec.layers() < 0) return InvalidArgument("model.layers must be >= 0");
   if (spec.layers() > 0 && spec.hidden() <= 0) return InvalidArgument("model.hidden must be > 0");
+  if (!spec.norm().empty() && spec.norm() != "none" && spec.norm() != "layer")
+    return InvalidArgument("model.norm must be \"none\" or \"layer\", got \"" + spec.norm() + "\"");
   return Status::Ok();
 }
 
@@ -136,6 +149,9 @@ StatusOr<torch::nn::Sequential> BuildModel(const v1::ModelSpec& spec, uint64_t s
     int64_t in = spec.input_dim();
     for (int l = 0; l < spec.layers(); ++l) {
       net->push_back(torch::nn::Linear(in, spec.hidden()));
+      // LayerNorm's own init (weight 1, bias 0) draws nothing.
+      if (spec.norm() == "layer")
+        net->push_back(torch::nn::LayerNorm(torch::nn::LayerNormOptions({spec.hidden()}).eps(1e-5)));
       net->push_back(torch::nn::ReLU());
       in = spec.hidden();
     }

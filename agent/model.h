@@ -8,7 +8,7 @@
 //   flops = batch.tokens * (*model)->TrainFlopsPerToken(batch.x.size(1));   // gpt-tiny
 //   flops = batch.rows() * (*model)->TrainFlopsPerToken(0);                   // mlp
 //
-// - mlp: input -> hidden x layers (ReLU) -> classes; the batch is a
+// - mlp: input -> hidden x layers ([LayerNorm] ReLU) -> classes; the batch is a
 //   classification batch (agent/data.h, kClassification).
 // - gpt-tiny: agent/gpt.h; the batch is a token batch (kTokens).
 #pragma once

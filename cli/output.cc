@@ -381,11 +381,14 @@ void PrintConfig(const v1::SessionStatus& st, std::ostream& out) {
   std::vector<std::pair<std::string, std::string>> kv;
   PrintFields(st.job(), "", &kv);
   // Settings whose default is a policy the job runs with, shown with it
-  // where the job leaves them out: how the optimiser's state is laid out,
+  // where the job leaves them out: the model's normalisation, the learning
+  // rate's warm-up, how the optimiser's state is laid out,
   // how the launcher restarts the job and how a resume reads a checkpoint
   // are part of every job, not only of the ones that set them.
   const v1::JobSpec& j = st.job();
   const std::vector<std::pair<std::string, std::string>> defaults = {
+      {"model.norm", j.model().kind() == "gpt-tiny" ? "layer" : "none"},
+      {"optim.warmup_steps", "0"},
       {"optim.zero_stage", "0"},
       {"checkpoint.load", "resharded"},
       {"elastic.max_restarts", "0"},

@@ -57,6 +57,7 @@ const std::vector<Case> kCases = {
     // Batch size and precision.
     {"mixed-precision-rollout", 91, {"fp16-overflow"}},
     {"platform-launcher", 93, {"lr-divergence"}},
+    {"cluster-move", 117, {"lr-divergence"}},
     {"shared-training-loop", 95, {"grad-accumulation-bug"}},
     {"smaller-cards", 96, {"grad-accumulation-bug"}},
     {"registry-refused", 97, {"silent-divergence"}},

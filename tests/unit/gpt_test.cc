@@ -222,5 +222,48 @@ TEST(TrainModel, MlpThroughTheInterfaceMatchesBuildModel) {
   EXPECT_EQ(CreateModel(spec, 1).status().code(), StatusCode::kInvalidArgument);
 }
 
+// model.norm: layer puts a LayerNorm after each hidden Linear, before the
+// ReLU, as nn::Sequential would run it; the rest of the weights are drawn
+// as without it.
+TEST(TrainModel, MlpWithLayerNormMatchesItsSequentialAndKeepsTheLinearWeights) {
+  v1::ModelSpec spec;
+  spec.set_kind("mlp");
+  spec.set_input_dim(16);
+  spec.set_hidden(32);
+  spec.set_layers(3);
+  spec.set_num_classes(4);
+  auto plain = CreateModel(spec, 5);
+  spec.set_norm("layer");
+  auto seq = BuildModel(spec, 5);
+  auto model = CreateModel(spec, 5);
+  ASSERT_TRUE(plain.ok() && seq.ok() && model.ok());
+  const auto ps = (*seq)->parameters(), pm = (*model)->parameters(), pp = (*plain)->parameters();
+  ASSERT_EQ(pm.size(), pp.size() + 2 * 3);  // a weight and a bias per hidden layer
+  for (size_t i = 0; i < ps.size(); ++i) EXPECT_TRUE(at::equal(ps[i], pm[i]));
+  const auto named = (*seq)->named_parameters();
+  EXPECT_TRUE(at::equal(named["1.weight"], at::ones({32})));  // Linear, LayerNorm, ReLU, ...
+  EXPECT_TRUE(at::equal(named["3.weight"], pp[2]));
+
+  DataOptions o;
+  o.batch_size = 8;
+  o.input_dim = 16;
+  o.num_classes = 4;
+  SampleSource src(o);
+  Batch b = src.Make(0);
+  auto loss = (*model)->Loss(b);
+  ASSERT_TRUE(loss.ok());
+  EXPECT_TRUE(at::allclose(*loss, torch::nn::functional::cross_entropy((*seq)->forward(b.x), b.y)));
+  EXPECT_FALSE(at::allclose(*loss, *(*plain)->Loss(b)));
+
+  spec.set_norm("batch");
+  EXPECT_NE(CreateModel(spec, 1).status().message().find("model.norm must be \"none\" or \"layer\""),
+            std::string::npos);
+  v1::ModelSpec gpt = GptSpec();
+  gpt.set_norm("none");
+  EXPECT_NE(CreateModel(gpt, 1).status().message().find("gpt-tiny is pre-LN"), std::string::npos);
+  gpt.set_norm("layer");
+  EXPECT_TRUE(CreateModel(gpt, 1).ok());
+}
+
 }  // namespace
 }  // namespace firedrill::agent
