@@ -75,7 +75,7 @@ v1::ApplyFixRequest WrongFix(const v1::Scenario& sc, int culprit) {
   else if (id == "mixed-precision-rollout") set("loss_scale.init_scale", "4194304");  // a quarter, still static
   else if (id == "platform-launcher") set("optim.warmup_steps", "100");  // the spike goes, the rate stays
   else if (id == "cluster-move")
-    set("optim.warmup_steps", "50");                                 // a ramp, too short for this model
+    set("optim.warmup_steps", "25");                                 // a ramp, too short for this model
   else if (id == "smaller-cards") set("optim.warmup_steps", "100");  // a ramp to the same 4x steps
   else if (id == "shared-training-loop") set("comm.bucket_mb", "100");  // bigger buckets, still one all-reduce per micro-batch
   else if (id == "registry-refused") f.add_replace_host_ranks(culprit);  // the elastic restart: from the newest checkpoint

@@ -285,6 +285,26 @@ TEST(FaultSignature, Fp16OverflowSkipsEveryStepSoTheLossNeverMoves) {
   }
 }
 
+// The job's loss (the mean over ranks) at a step, and over steps [a, b).
+double LossAt(const std::vector<RankResult>& run, size_t step) {
+  double sum = 0;
+  for (const auto& r : run) sum += r.reports.at(step).loss() / run.size();
+  return sum;
+}
+
+double MeanLoss(const std::vector<RankResult>& run, size_t a, size_t b) {
+  double sum = 0;
+  for (size_t i = a; i < b; ++i) sum += LossAt(run, i) / (b - a);
+  return sum;
+}
+
+// The highest loss over steps 1..n-1, relative to step 0's.
+double EarlyPeak(const std::vector<RankResult>& run, size_t n) {
+  double peak = 0;
+  for (size_t i = 1; i < n; ++i) peak = std::max(peak, LossAt(run, i));
+  return peak / LossAt(run, 0);
+}
+
 TEST(FaultSignature, TheLinearRuleOnAdamSpikesTheLossAndAWarmUpAloneDoesNotCloseTheGap) {
   // platform-launcher's job: AdamW tuned at a global batch of 8, run at
   // 4 x 64 = 256. The healthy job scales its rate by sqrt(32), the fault's
@@ -314,29 +334,15 @@ TEST(FaultSignature, TheLinearRuleOnAdamSpikesTheLossAndAWarmUpAloneDoesNotClose
   const auto warmed = RunJob(warm, {});
   const auto sqrt_fixed = RunJob(fixed, {});
   for (const auto* run : {&healthy, &faulty, &warmed, &sqrt_fixed}) ExpectAllOk(*run);
-  // The job's loss (the mean over ranks) at a step, and over steps [a, b).
-  auto loss_at = [](const std::vector<RankResult>& run, size_t step) {
-    double sum = 0;
-    for (const auto& r : run) sum += r.reports.at(step).loss() / run.size();
-    return sum;
-  };
-  auto mean = [&](const std::vector<RankResult>& run, size_t a, size_t b) {
-    double sum = 0;
-    for (size_t i = a; i < b; ++i) sum += loss_at(run, i) / (b - a);
-    return sum;
-  };
-  auto early_peak = [&](const std::vector<RankResult>& run) {
-    double peak = 0;
-    for (size_t i = 1; i < 10; ++i) peak = std::max(peak, loss_at(run, i));
-    return peak / loss_at(run, 0);
-  };
+  auto mean = MeanLoss;
+  auto early_peak = [](const std::vector<RankResult>& run) { return EarlyPeak(run, 10); };
   EXPECT_DOUBLE_EQ(healthy[0].reports.back().lr(), 0.001 * std::sqrt(32.0));
   EXPECT_DOUBLE_EQ(faulty[0].reports.back().lr(), 0.001 * 32);
   // The same weights and data at step 0; the linear rate's first updates
   // throw the loss to several times where it started (from 2.3 to 11-18,
   // 5-8x, measured);
   // the healthy job's only falls.
-  EXPECT_NEAR(loss_at(faulty, 0), loss_at(healthy, 0), 1e-6);
+  EXPECT_NEAR(LossAt(faulty, 0), LossAt(healthy, 0), 1e-6);
   EXPECT_GT(early_peak(faulty), 3.0);
   EXPECT_LT(early_peak(healthy), 1.2);
   EXPECT_LT(early_peak(warmed), 1.2) << "a warm-up takes the spike away";
@@ -346,6 +352,54 @@ TEST(FaultSignature, TheLinearRuleOnAdamSpikesTheLossAndAWarmUpAloneDoesNotClose
   EXPECT_GT(mean(faulty, 50, 300), 1.8 * h);
   EXPECT_GT(mean(warmed, 50, 300), 1.8 * h);
   EXPECT_NEAR(mean(sqrt_fixed, 50, 300), h, 0.1 * h);
+}
+
+TEST(FaultSignature, TheLinearRuleWithoutItsWarmUpKillsALayerNormMlpAtTheStart) {
+  // cluster-move's job: SGD tuned at a global batch of 32, run at 4 x 128
+  // = 512 with the linear rule (16x, peak 0.2) and LayerNorm in each hidden
+  // layer. The healthy job ramps over 100 steps; the fault takes none.
+  v1::JobSpec job = SmallJob(4);
+  auto* m = job.mutable_model();
+  m->set_input_dim(256);
+  m->set_hidden(512);
+  m->set_layers(4);
+  m->set_norm("layer");
+  job.mutable_data()->set_batch_size(128);
+  auto* o = job.mutable_optim();
+  o->set_kind("sgd");
+  o->set_lr(0.0125);
+  o->set_momentum(0.9);
+  o->set_lr_scaling("linear");
+  o->set_reference_global_batch(32);
+  o->set_warmup_steps(100);
+  job.set_steps(250);
+  v1::ResolvedFault f = Fault("lr_rule");
+  f.mutable_lr_rule()->set_rule("linear");
+  f.mutable_lr_rule()->set_reference_global_batch(32);
+  f.mutable_lr_rule()->set_warmup_steps(0);
+  v1::JobSpec plain = job;  // the same job without LayerNorm, no warm-up either
+  plain.mutable_model()->set_norm("none");
+  faults::ApplyFaultsToJob({f}, &plain);
+  const auto healthy = RunJob(job, {});
+  const auto faulty = RunFaulty(job, f);
+  const auto no_norm = RunJob(plain, {});
+  for (const auto* run : {&healthy, &faulty, &no_norm}) ExpectAllOk(*run);
+  EXPECT_DOUBLE_EQ(faulty[0].reports.front().lr(), 0.2);
+  EXPECT_DOUBLE_EQ(healthy[0].reports.front().lr(), 0.2 / 100);
+  EXPECT_DOUBLE_EQ(healthy[0].reports.back().lr(), 0.2);
+  // Same weights and data at step 0. Without the ramp the loss spikes
+  // (12.7-17.1 from 2.37 on seeds 1-3 of the drill, measured) and then
+  // sits at ln 10: the top layer's units are dead and every input gets
+  // the same prediction. The healthy job's never rises.
+  EXPECT_NEAR(LossAt(faulty, 0), LossAt(healthy, 0), 1e-6);
+  EXPECT_GT(EarlyPeak(faulty, 20), 3.0);
+  EXPECT_LT(EarlyPeak(healthy, 20), 1.2);
+  EXPECT_NEAR(MeanLoss(faulty, 150, 250), std::log(10.0), 0.05);
+  EXPECT_LT(MeanLoss(healthy, 150, 250), 0.6);
+  // The gradient is almost gone: 0.04-0.12 against 0.7-1.3, measured.
+  EXPECT_LT(faulty[0].reports.back().grad_norm(), 0.25 * healthy[0].reports.back().grad_norm());
+  // Without the LayerNorm the same rate from step 0 does not kill the job.
+  EXPECT_LT(MeanLoss(no_norm, 150, 250), 0.6 * std::log(10.0));
 }
 
 TEST(FaultSignature, AccumulationWithoutNoSyncAllReducesEveryMicroBatchForTheSameGradients) {
