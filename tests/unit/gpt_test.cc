@@ -185,6 +185,16 @@ TEST(Gpt, ShapeNamesAndFlops) {
   EXPECT_EQ(BuildGpt(c, 1).status().code(), StatusCode::kInvalidArgument);
 }
 
+// The first batch of 8 rows of 16 inputs, 4 classes.
+Batch ClassificationBatch() {
+  DataOptions o;
+  o.batch_size = 8;
+  o.input_dim = 16;
+  o.num_classes = 4;
+  SampleSource src(o);
+  return src.Make(0);
+}
+
 TEST(TrainModel, MlpThroughTheInterfaceMatchesBuildModel) {
   v1::ModelSpec spec;
   spec.set_kind("mlp");
@@ -200,12 +210,7 @@ TEST(TrainModel, MlpThroughTheInterfaceMatchesBuildModel) {
   ASSERT_EQ(ps.size(), pm.size());
   for (size_t i = 0; i < ps.size(); ++i) EXPECT_TRUE(at::equal(ps[i], pm[i]));
 
-  DataOptions o;
-  o.batch_size = 8;
-  o.input_dim = 16;
-  o.num_classes = 4;
-  SampleSource src(o);
-  Batch b = src.Make(0);
+  Batch b = ClassificationBatch();
   auto loss = (*model)->Loss(b);
   ASSERT_TRUE(loss.ok());
   EXPECT_TRUE(at::equal(*loss, torch::nn::functional::cross_entropy((*seq)->forward(b.x), b.y)));
@@ -244,12 +249,7 @@ TEST(TrainModel, MlpWithLayerNormMatchesItsSequentialAndKeepsTheLinearWeights) {
   EXPECT_TRUE(at::equal(named["1.weight"], at::ones({32})));  // Linear, LayerNorm, ReLU, ...
   EXPECT_TRUE(at::equal(named["3.weight"], pp[2]));
 
-  DataOptions o;
-  o.batch_size = 8;
-  o.input_dim = 16;
-  o.num_classes = 4;
-  SampleSource src(o);
-  Batch b = src.Make(0);
+  Batch b = ClassificationBatch();
   auto loss = (*model)->Loss(b);
   ASSERT_TRUE(loss.ok());
   EXPECT_TRUE(at::allclose(*loss, torch::nn::functional::cross_entropy((*seq)->forward(b.x), b.y)));

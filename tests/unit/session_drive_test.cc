@@ -309,6 +309,19 @@ class SessionDriveTest : public ::testing::Test {
     }
     return state;
   }
+  // The message of the session's first event of `kind`, once there is one
+  // (empty after about 10 s without).
+  std::string WaitEvent(const std::string& id, const std::string& kind) {
+    for (int i = 0; i < 1000; ++i) {
+      auto st = sm_->GetStatus(id);
+      EXPECT_TRUE(st.ok());
+      if (!st.ok()) return "";
+      for (const auto& e : st->events())
+        if (e.kind() == kind) return e.message();
+      std::this_thread::sleep_for(10ms);
+    }
+    return "";
+  }
   std::string StartRunning(const std::string& scenario = "drive") {
     v1::StartSessionRequest req;
     req.set_scenario_id(scenario);
@@ -717,14 +730,7 @@ TEST_F(SessionDriveTest, AHostThatStaysDownLeavesTheJobWhichRestartsSmallerAndIs
   WaitAgents(3);
   a1.FailJob(2);  // the main run (job 1 is the baseline): the host goes at step 3
   const std::string id = StartRunning("drive-shrink");
-  std::string restarted;
-  for (int i = 0; i < 1000 && restarted.empty(); ++i) {
-    auto st = sm_->GetStatus(id);
-    ASSERT_TRUE(st.ok());
-    for (const auto& e : st->events())
-      if (e.kind() == "job_restarted") restarted = e.message();
-    if (restarted.empty()) std::this_thread::sleep_for(10ms);
-  }
+  const std::string restarted = WaitEvent(id, "job_restarted");
   EXPECT_NE(
       restarted.find("on the 2 hosts that are up (world size 3 -> 2, elastic.min_nodes 2; host(s) node-1 did "
                      "not come back)"),
@@ -763,14 +769,7 @@ TEST_F(SessionDriveTest, AJobThatNeedsEveryHostStaysDownWhenOneDoesNotComeBack) 
   WaitAgents(3);
   a1.FailJob(2);
   const std::string id = StartRunning("drive-wait");
-  std::string down;
-  for (int i = 0; i < 1000 && down.empty(); ++i) {
-    auto st = sm_->GetStatus(id);
-    ASSERT_TRUE(st.ok());
-    for (const auto& e : st->events())
-      if (e.kind() == "job_down") down = e.message();
-    if (down.empty()) std::this_thread::sleep_for(10ms);
-  }
+  const std::string down = WaitEvent(id, "job_down");
   EXPECT_NE(
       down.find("cannot restart: host(s) node-1 did not come back, 2 of its 3 hosts are up and it needs 3 "
                 "(elastic.min_nodes)"),
