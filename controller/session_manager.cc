@@ -326,6 +326,32 @@ std::set<std::string> SessionManager::DownHosts(const Session& s) {
   return down;
 }
 
+SessionManager::HostsLeft SessionManager::CountHostsLeft(const Session& s,
+                                                         const std::set<std::string>& down) {
+  HostsLeft h;
+  h.world = static_cast<int>(s.ranks.size());
+  for (const auto& r : s.ranks) {  // an earlier shrink left the other down hosts out
+    if (!down.count(r.host))
+      ++h.up;
+    else
+      h.gone += (h.gone.empty() ? "" : ", ") + r.host;
+  }
+  h.min_nodes = s.rec.job().elastic().min_nodes() > 0 ? s.rec.job().elastic().min_nodes() : h.world;
+  return h;
+}
+
+std::string SessionManager::HostsLeft::shortfall() const {
+  return "host(s) " + gone + " did not come back, " + std::to_string(up) + " of its " +
+         std::to_string(world) + " hosts are up and it needs " + std::to_string(min_nodes) +
+         " (elastic.min_nodes)";
+}
+
+std::string SessionManager::HostsLeft::resized() const {
+  return "on the " + std::to_string(up) + " hosts that are up (world size " + std::to_string(world) + " -> " +
+         std::to_string(up) + ", elastic.min_nodes " + std::to_string(min_nodes) + "; host(s) " + gone +
+         " did not come back)";
+}
+
 // The ranks on `down` hosts leave the job; the rest are numbered anew in
 // host order, as a rendezvous of the nodes that are left assigns them.
 // Faults follow their host (or their rank's new number); the session's
@@ -427,31 +453,16 @@ bool SessionManager::SuperviseMain(Session& s, Lock& lock, std::chrono::steady_c
     // job waits for hosts that will not come.
     std::string shrunk;
     const std::set<std::string> down = DownHosts(s);
-    const int world = static_cast<int>(s.ranks.size());
-    int up = 0;
-    std::string gone;  // the job's hosts among them (an earlier restart left the others)
-    for (const auto& r : s.ranks) {
-      if (!down.count(r.host))
-        ++up;
-      else
-        gone += (gone.empty() ? "" : ", ") + r.host;
-    }
-    if (!gone.empty()) {
-      const int min_nodes = s.rec.job().elastic().min_nodes() > 0 ? s.rec.job().elastic().min_nodes() : world;
-      if (up < min_nodes) {
+    if (const HostsLeft left = CountHostsLeft(s, down); !left.gone.empty()) {
+      if (!left.enough()) {
         s.main_down = true;
-        AddEvent(s, "job_down", -1,
-                 "the job failed (" + cause + ") and cannot restart: host(s) " + gone +
-                     " did not come back, " + std::to_string(up) + " of its " + std::to_string(world) +
-                     " hosts are up and it needs " + std::to_string(min_nodes) + " (elastic.min_nodes)");
+        AddEvent(s, "job_down", -1, "the job failed (" + cause + ") and cannot restart: " + left.shortfall());
         Save(s);
         continue;
       }
       ShrinkWorld(s, lock, down);
       if (acted()) return true;
-      shrunk = " on the " + std::to_string(up) + " hosts that are up (world size " + std::to_string(world) +
-               " -> " + std::to_string(up) + ", elastic.min_nodes " + std::to_string(min_nodes) +
-               "; host(s) " + gone + " did not come back)";
+      shrunk = " " + left.resized();
     }
     ++s.main_restarts;
     auto resume = VerifyResumePoint(s, lock);
@@ -568,35 +579,20 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
     if (rank >= 0 && rank < s.rec.hosts_size()) replace.push_back(s.rec.hosts(rank));
   std::set<std::string> down = DownHosts(s);
   for (const auto& h : replace) down.erase(h);
-  std::string gone;
-  int up = 0;
-  for (const auto& r : s.ranks) {
-    if (down.count(r.host))
-      gone += (gone.empty() ? "" : ", ") + r.host;
-    else
-      ++up;
-  }
-  if (!gone.empty()) {
-    const int world = static_cast<int>(s.ranks.size());
-    const int min_nodes = s.rec.job().elastic().min_nodes() > 0 ? s.rec.job().elastic().min_nodes() : world;
-    if (up < min_nodes) {
+  if (const HostsLeft left = CountHostsLeft(s, down); !left.gone.empty()) {
+    if (!left.enough()) {
       SetState(s, SessionState::kVerifying);
       v1::Verification v;
       v.set_done(true);
       v.set_passed(false);
-      v.set_detail("the fixed job cannot run: host(s) " + gone + " did not come back, " + std::to_string(up) +
-                   " of its " + std::to_string(world) + " hosts are up and it needs " +
-                   std::to_string(min_nodes) + " (elastic.min_nodes)");
+      v.set_detail("the fixed job cannot run: " + left.shortfall());
       *s.rec.mutable_verification() = v;
       AddEvent(s, "verification_failed", -1, v.detail());
       return Finish(s, lock, SessionState::kScored);
     }
     ShrinkWorld(s, lock, down);
     if (s.end_requested) return ended();
-    AddEvent(s, "job_resized", -1,
-             "the job goes on on the " + std::to_string(up) + " hosts that are up (world size " +
-                 std::to_string(world) + " -> " + std::to_string(up) + ", elastic.min_nodes " +
-                 std::to_string(min_nodes) + "; host(s) " + gone + " did not come back)");
+    AddEvent(s, "job_resized", -1, "the job goes on " + left.resized());
   }
   std::vector<int> replace_ranks;
   for (const auto& h : replace)

@@ -213,6 +213,18 @@ class SessionManager : public AgentListener {
   bool SuperviseMain(Session& s, Lock& lock, std::chrono::steady_clock::time_point deadline);
   // Hosts a crash took for good (rank_crash stays_down, past its trigger).
   static std::set<std::string> DownHosts(const Session& s);
+  // The job's hosts that are among `down`, against what job.elastic.min_nodes
+  // needs to go on without them, and the words the events say it in.
+  struct HostsLeft {
+    std::string gone;  // the job's hosts among `down`, comma separated
+    int up = 0, world = 0, min_nodes = 0;
+    bool enough() const { return up >= min_nodes; }
+    // "host(s) X did not come back, 2 of its 3 hosts are up and it needs 3 (elastic.min_nodes)"
+    std::string shortfall() const;
+    // "on the 2 hosts that are up (world size 3 -> 2, elastic.min_nodes 2; host(s) X did not come back)"
+    std::string resized() const;
+  };
+  static HostsLeft CountHostsLeft(const Session& s, const std::set<std::string>& down);
   // The job goes on without the ranks on `down` hosts (elastic.min_nodes).
   void ShrinkWorld(Session& s, Lock& lock, const std::set<std::string>& down);
   bool RunOver(const Session& s) const;

@@ -472,8 +472,7 @@ Check CheckScenario(const v1::Scenario& s) {
                     "can be " + std::to_string(first) +
                         ": the host must go down after the first checkpoint (step > " +
                         std::to_string(j.checkpoint().every()) +
-                        "), or the restart loads nothing and the per-rank "
-                        "loader never shows");
+                        "), or the restart loads nothing and the per-rank loader never shows");
     }
     if (!gone)
       return Fail(p + ".kind",

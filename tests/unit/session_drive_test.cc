@@ -309,6 +309,25 @@ class SessionDriveTest : public ::testing::Test {
     }
     return state;
   }
+  // Applies a fix of one setting and waits for the session's score.
+  StatusOr<v1::ScoreReport> FixAndScore(const std::string& id, const std::string& key,
+                                        const std::string& value) {
+    v1::ApplyFixRequest fix;
+    fix.set_session_id(id);
+    auto* kv = fix.add_settings();
+    kv->set_key(key);
+    kv->set_value(value);
+    if (auto applied = sm_->Fix(fix); !applied.ok()) return applied.status();
+    EXPECT_EQ(WaitState(id, SessionState::kScored, 60), Name(SessionState::kScored));
+    return sm_->GetScore(id);
+  }
+  // Every run after the baseline and the main run (the restart's,
+  // verification's healthy and fixed sides alike) at world size `world`.
+  static void ExpectLaterRunsAtWorld(StandIn& a, int world) {
+    const auto runs = a.specs();
+    ASSERT_GE(runs.size(), 3u);
+    for (size_t i = 2; i < runs.size(); ++i) EXPECT_EQ(runs[i].world_size(), world) << "run " << i + 1;
+  }
   // The message of the session's first event of `kind`, once there is one
   // (empty after about 10 s without).
   std::string WaitEvent(const std::string& id, const std::string& kind) {
@@ -743,22 +762,14 @@ TEST_F(SessionDriveTest, AHostThatStaysDownLeavesTheJobWhichRestartsSmallerAndIs
   EXPECT_EQ(st->ranks(1).host(), "node-2") << "the hosts that are left, numbered in order";
   EXPECT_EQ(st->job().world_size(), 2);
   EXPECT_EQ(st->session().world_size(), 2);
-  v1::ApplyFixRequest fix;
-  fix.set_session_id(id);
-  auto* kv = fix.add_settings();
-  kv->set_key("comm.timeout_s");
-  kv->set_value("6");
-  ASSERT_TRUE(sm_->Fix(fix).ok());
-  EXPECT_EQ(WaitState(id, SessionState::kScored, 60), Name(SessionState::kScored));
-  auto score = sm_->GetScore(id);
-  ASSERT_TRUE(score.ok());
+  // A fix that changes nothing the drill is about.
+  auto score = FixAndScore(id, "comm.timeout_s", "6");
+  ASSERT_TRUE(score.ok()) << score.status().message();
   EXPECT_TRUE(score->verification().done()) << score->verification().detail();
   // Every run after the restart, verification's healthy and fixed sides
   // alike, ran at world size 2 on the two hosts that are left.
-  const auto after = a2.specs();
-  ASSERT_GE(after.size(), 3u);
-  for (size_t i = 2; i < after.size(); ++i) EXPECT_EQ(after[i].world_size(), 2) << "run " << i + 1;
-  EXPECT_EQ(a0.specs().size(), after.size());
+  ExpectLaterRunsAtWorld(a2, 2);
+  EXPECT_EQ(a0.specs().size(), a2.specs().size());
   EXPECT_EQ(a1.jobs(), 2) << "the host that went down got no job after it";
 }
 
@@ -780,15 +791,9 @@ TEST_F(SessionDriveTest, AJobThatNeedsEveryHostStaysDownWhenOneDoesNotComeBack) 
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->ranks_size(), 3);
   // No fix brings the host back: the fixed job cannot run.
-  v1::ApplyFixRequest fix;
-  fix.set_session_id(id);
-  auto* kv = fix.add_settings();
-  kv->set_key("comm.timeout_s");
-  kv->set_value("6");
-  ASSERT_TRUE(sm_->Fix(fix).ok());
-  EXPECT_EQ(WaitState(id, SessionState::kScored, 60), Name(SessionState::kScored));
-  auto score = sm_->GetScore(id);
-  ASSERT_TRUE(score.ok());
+  // A fix that changes nothing the drill is about.
+  auto score = FixAndScore(id, "comm.timeout_s", "6");
+  ASSERT_TRUE(score.ok()) << score.status().message();
   EXPECT_FALSE(score->verification().passed());
   EXPECT_NE(score->verification().detail().find("the fixed job cannot run: host(s) node-1 did not come back"),
             std::string::npos)
@@ -807,15 +812,9 @@ TEST_F(SessionDriveTest, AFixBeforeTheRestartStillRunsWithoutTheHostThatStaysDow
   const std::string id = StartRunning("drive-no-restart");
   for (int i = 0; i < 500 && pool_.Connected().size() > 2; ++i) std::this_thread::sleep_for(10ms);
   ASSERT_EQ(pool_.Connected().size(), 2u) << "rank 1's agent should have gone";
-  v1::ApplyFixRequest fix;
-  fix.set_session_id(id);
-  auto* kv = fix.add_settings();
-  kv->set_key("comm.timeout_s");
-  kv->set_value("6");
-  ASSERT_TRUE(sm_->Fix(fix).ok());
-  EXPECT_EQ(WaitState(id, SessionState::kScored, 60), Name(SessionState::kScored));
-  auto score = sm_->GetScore(id);
-  ASSERT_TRUE(score.ok());
+  // A fix that changes nothing the drill is about.
+  auto score = FixAndScore(id, "comm.timeout_s", "6");
+  ASSERT_TRUE(score.ok()) << score.status().message();
   EXPECT_TRUE(score->verification().done()) << score->verification().detail();
   auto st = sm_->GetStatus(id);
   ASSERT_TRUE(st.ok());
@@ -826,9 +825,7 @@ TEST_F(SessionDriveTest, AFixBeforeTheRestartStillRunsWithoutTheHostThatStaysDow
     resized =
         resized || (e.kind() == "job_resized" && e.message().find("world size 3 -> 2") != std::string::npos);
   EXPECT_TRUE(resized);
-  const auto after = a2.specs();
-  ASSERT_GE(after.size(), 3u);
-  for (size_t i = 2; i < after.size(); ++i) EXPECT_EQ(after[i].world_size(), 2) << "run " << i + 1;
+  ExpectLaterRunsAtWorld(a2, 2);
   EXPECT_EQ(a1.jobs(), 2) << "the host that went down got no job after it";
 }
 
