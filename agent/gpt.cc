@@ -99,17 +99,17 @@ at::Tensor GptImpl::Block(const BlockParams& p, const at::Tensor& x_in, const at
   at::Tensor x = Boundary(seam, x_in);
 
   // Attention: q, k, v from one fused projection, heads split to [B, H, T, hd].
-  at::Tensor h = at::layer_norm(x, {d}, p.ln1_w, p.ln1_b, 1e-5);
+  at::Tensor h = LayerNorm(seam, x, p.ln1_w, p.ln1_b, 1e-5);
   const auto qkv = Linear(seam, h, p.attn_w, p.attn_b).split(d, /*dim=*/-1);
   auto heads = [&](const at::Tensor& z) { return z.view({b, t, nh, hd}).transpose(1, 2); };
   const at::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-  at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  att = at::softmax(att.masked_fill(blocked, -std::numeric_limits<float>::infinity()), -1);
-  at::Tensor y = at::matmul(att, v).transpose(1, 2).reshape({b, t, d});
+  at::Tensor att = Scores(seam, q, k, 1.0 / std::sqrt(static_cast<double>(hd)));
+  att = Softmax(seam, att.masked_fill(blocked, -std::numeric_limits<float>::infinity()));
+  at::Tensor y = Matmul(seam, att, v).transpose(1, 2).reshape({b, t, d});
   x = x + Linear(seam, y, p.attn_proj_w, p.attn_proj_b);
 
-  h = at::layer_norm(x, {d}, p.ln2_w, p.ln2_b, 1e-5);
-  h = at::gelu(Linear(seam, h, p.fc_w, p.fc_b));
+  h = LayerNorm(seam, x, p.ln2_w, p.ln2_b, 1e-5);
+  h = Gelu(seam, Linear(seam, h, p.fc_w, p.fc_b));
   x = x + Linear(seam, h, p.mlp_proj_w, p.mlp_proj_b);
   return Boundary(seam, x);
 }
@@ -180,7 +180,7 @@ at::Tensor GptImpl::Logits(const at::Tensor& inputs, const at::Tensor& mask) con
                                               static_cast<int64_t>(l))
                    : Block(blocks_[l], x, blocked);
   }
-  x = Boundary(seam, at::layer_norm(x, {cfg_.d_model}, lnf_w_, lnf_b_, 1e-5));
+  x = Boundary(seam, LayerNorm(seam, x, lnf_w_, lnf_b_, 1e-5));
   return Boundary(seam, Linear(seam, x, cfg_.tie_embeddings ? wte_ : head_w_, at::Tensor()));
 }
 

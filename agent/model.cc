@@ -39,12 +39,10 @@ class MlpModel final : public TrainModel {
       for (size_t i = 0; i < linears_.size(); ++i) {
         x = Linear(seam_, x, linears_[i]->weight, linears_[i]->bias);
         if (i < norms_.size()) {
-          const auto* ln = norms_[i];
-          // In fp32, as autocast runs layer_norm (a bf16 product comes in).
-          x = at::layer_norm(x.to(at::kFloat), ln->options.normalized_shape(), ln->weight, ln->bias,
-                             ln->options.eps());
+          // In fp32, as autocast runs layer_norm (a bf16 or half product comes in).
+          x = LayerNorm(seam_, x, norms_[i]->weight, norms_[i]->bias, norms_[i]->options.eps());
         }
-        if (i + 1 < linears_.size()) x = at::relu(x);
+        if (i + 1 < linears_.size()) x = Relu(seam_, x);
         x = Boundary(seam_, x);
       }
       return at::cross_entropy_loss(x.to(at::kFloat), batch.y);

@@ -1,41 +1,35 @@
 // Mixed precision on CPU with fp32 master weights.
 //
 //   fp32 — everything in fp32; every helper below is the identity.
-//   bf16 — real bf16 compute (LibTorch 1.13 runs bf16 Linear forward and
-//          backward on CPU). Weight()/Input() cast with `.to(kBFloat16)`,
-//          which is differentiable: its backward casts the gradient back to
-//          fp32, so the fp32 master parameters get fp32 .grad — the same as
-//          autocast's casts on GPU (checked in tests/unit/fp16_test.cc).
-//   fp16 — LibTorch 1.13 has no fp16 matmul on CPU, so fp16 is emulated: the
-//          compute is fp32, but every value that would live in fp16 memory on
-//          a GPU (inputs, weights, activations at layer boundaries, and the
-//          gradients flowing back through them) is rounded through IEEE half
-//          by HalfBoundary. So >65504 really becomes inf and gradients below
-//          ~2.98e-8 (half the smallest subnormal 2^-24) really flush to 0.
-//          Weights: Weight(w) is HalfBoundary(w), NOT a plain straight-through
-//          estimator: its backward rounds the weight gradient through half
-//          too, because under real fp16 autocast the gradient w.r.t. the
-//          fp16 weight copy is an fp16 tensor before the cast's backward
-//          turns it into the fp32 master .grad. That is what makes an
-//          unscaled fp16 run lose small weight gradients and a too-large
-//          scale overflow them — the behaviour loss scaling exists for.
+//   bf16, fp16 — stored as on a GPU: every activation between ops is a
+//          2-byte tensor (kBFloat16, kHalf), and so is the weight copy each
+//          Linear uses (Weight(w) = w.to(dtype), autocast's cast, which is
+//          differentiable: its backward hands the fp32 master an fp32 .grad,
+//          holding a 2-byte value). Each op runs on CPU where 1.13 has a
+//          kernel for it (bf16 matrix products) and in fp32 where it has none
+//          (every fp16 op; ReLU, GELU, LayerNorm and softmax in bf16), its
+//          output rounded to the 2-byte dtype (LowOp in precision.cc). It
+//          keeps what a GPU op keeps for backward, in 2 bytes, and rounds
+//          each activation gradient to the 2-byte dtype. So activation memory
+//          really halves (the memory probe measures it); in fp16 >65504
+//          really becomes inf in forward and in backward, and gradients below
+//          ~2.98e-8 (half the smallest subnormal 2^-24) really flush to 0: an
+//          unscaled fp16 run loses small weight gradients and a too-large
+//          scale overflows them, the behaviour loss scaling exists for.
+//          bf16 has fp32's exponent range and needs no scaling.
 //
 // How the model (agent/model.cc, agent/gpt.cc) uses it in forward:
 //
 //   x = prec.Input(x);                       // once, on the batch input
 //   h = Linear(prec, x, lin->weight, lin->bias);   // instead of lin->forward
-//   h = torch::relu(h);                      // relu/dropout/views keep
-//                                            // half values half: no rounding
-//   h = prec.Boundary(h + residual);         // after any op that makes new
-//                                            // values stored in fp16 (adds,
-//                                            // gelu, attention scores, ...)
+//   h = Relu(seam, h);                       // ReLU, GELU, LayerNorm, softmax,
+//                                            // attention products: agent/seam.h
+//   h = prec.Boundary(h + residual);         // half + half stays half
 //   logits = prec.Output(h);                 // fp32 for the loss (autocast
 //                                            // runs softmax/CE in fp32)
 //
-// Ops autocast keeps in fp32 (layer_norm, softmax, losses) can be fed
-// prec.Output(x) (fp32) and their result passed through prec.Boundary()
-// / re-cast with prec.Input() before the next matmul. Embedding tables:
-// use prec.Weight(table) like any weight.
+// Embedding lookups read the fp32 table (autocast leaves them in the
+// table's dtype); Boundary() stores their sum in half.
 //
 // Loss scaling (fp16 only, see loss_scaler.h): needs_loss_scaling() says
 // whether the trainer should scale the loss; UnscaleAndCheck() below is
@@ -57,11 +51,6 @@ class JobSpec;
 
 namespace firedrill::agent {
 
-// Rounds through IEEE half in forward (x.to(kHalf).to(kFloat)) and the
-// incoming gradient through half in backward. Input must be fp32; output is
-// fp32 holding only half-representable values.
-at::Tensor HalfBoundary(const at::Tensor& x);
-
 class Precision {
  public:
   enum class Kind { kFp32, kBf16, kFp16 };
@@ -74,19 +63,19 @@ class Precision {
 
   Kind kind() const { return kind_; }
   const char* name() const;
-  // dtype matmuls actually run in: kFloat for fp32 and fp16 (emulated),
-  // kBFloat16 for bf16.
+  // dtype matrix products run in: kBFloat16 for bf16, else kFloat (fp16 has
+  // no CPU matmul kernel).
   at::ScalarType compute_dtype() const;
-  // dtype values are stored in between layers: kHalf for fp16 (emulated by
-  // rounding, the tensors themselves are kFloat), else compute_dtype().
+  // dtype activations and weight copies are stored in: kFloat, kBFloat16,
+  // kHalf.
   at::ScalarType storage_dtype() const;
   // True for fp16 only: bf16 has fp32's exponent range and needs none.
   bool needs_loss_scaling() const { return kind_ == Kind::kFp16; }
 
-  // fp32/bf16: x. fp16: HalfBoundary(x). Call after each layer's output.
+  // fp32: x. bf16/fp16: x as a tensor of storage_dtype() (a no-op if it is one).
   at::Tensor Boundary(const at::Tensor& x) const;
-  // fp32: w. bf16: w.to(kBFloat16) (fp32 grad to the master). fp16:
-  // HalfBoundary(w) (half-rounded weight, half-rounded fp32 grad).
+  // fp32: w. bf16: w.to(kBFloat16), fp16: w.to(kHalf); both differentiable,
+  // so the fp32 master gets an fp32 grad (holding a 2-byte value).
   at::Tensor Weight(const at::Tensor& w) const;
   // The batch input (or any tensor entering a matmul): same casts as Weight.
   at::Tensor Input(const at::Tensor& x) const;
@@ -97,12 +86,14 @@ class Precision {
   Kind kind_;
 };
 
-// Reference Linear: y = Boundary(linear(Input(x), Weight(w), Weight(b))).
-// `b` may be undefined. bf16 returns a bf16 tensor; fp32/fp16 an fp32 one.
+// Reference Linear: y = linear(Input(x), Weight(w), Weight(b)), in bf16 and
+// fp16 run as described above. `b` may be undefined. Returns a tensor of the storage
+// dtype (fp32, bf16 or half).
 at::Tensor Linear(const Precision& prec, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 
 // The seam a model runs `prec` through: empty for fp32 (the models' plain
-// at::linear path), else Linear(prec, ...) and prec.Boundary.
+// ATen path), else Linear(prec, ...), prec.Boundary and every other seam op
+// as described above.
 ComputeSeam MakeSeam(const Precision& prec);
 
 // GradScaler's unscale step (torch._amp_foreach_non_finite_check_and_unscale_,

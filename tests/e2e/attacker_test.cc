@@ -91,6 +91,28 @@ TEST_F(AttackerTest, TheScoreBeforeScoringIsNoOracleAndGuessesArePriced) {
   EXPECT_EQ(score->diagnoses_size(), 6);
   // No revision after the fix.
   EXPECT_FALSE(Diagnose(id, "slow-link", {}).ok());
+  EXPECT_TRUE(score->verification().passed()) << score->verification().detail();
+  EXPECT_EQ(Item(*score, "culprit")->points(), 20);
+  ASSERT_EQ(score->answer_culprit_ranks_size(), 1);
+  EXPECT_EQ(score->answer_culprit_ranks(0), culprit);
+
+  // Crashing the controller does not buy a fresh attempt, and nothing
+  // acknowledged is lost: another controller on the same state has the
+  // session, scored, with the same score.
+  const int total = score->total();
+  ctl_->Kill9();
+  ctl_ = std::make_unique<ControllerProcess>(dir_);
+  ASSERT_TRUE(ctl_->ok());
+  auto sessions = c().ListSessions();
+  ASSERT_TRUE(sessions.ok());
+  ASSERT_EQ(sessions->sessions_size(), 1);
+  EXPECT_EQ(sessions->sessions(0).session_id(), id);
+  EXPECT_EQ(sessions->sessions(0).state(), "scored");
+  EXPECT_EQ(sessions->sessions(0).total_score(), total);
+  auto again = c().GetScore(id);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->total(), total);
+  EXPECT_FALSE(Diagnose(id, "straggler", {culprit}).ok()) << "a scored session takes no diagnosis";
 }
 
 // Changing the workload: a smaller dataset makes the epoch-end hang go away,

@@ -58,42 +58,9 @@ class DrillTest : public ControllerTest {
   }
 };
 
-TEST_F(DrillTest, RightDiagnosisAndReplaceHostIsVerifiedAndScoresHigh) {
-  auto [id, culprit] = StartAndFindStraggler(101);
-  ASSERT_GE(culprit, 0);
-  v1::SubmitDiagnosisRequest d;
-  d.set_session_id(id);
-  d.set_cause("straggler");
-  d.add_culprit_ranks(culprit);
-  ASSERT_TRUE(c().SubmitDiagnosis(d).ok());
-  v1::ApplyFixRequest fix;
-  fix.set_session_id(id);
-  fix.add_replace_host_ranks(culprit);
-  auto score = FixAndScore(c(), fix);
-  ASSERT_TRUE(score.ok()) << score.status().message();
-  EXPECT_TRUE(score->final());
-  EXPECT_TRUE(score->verification().passed()) << score->verification().detail();
-  EXPECT_GE(score->total(), 90);
-  EXPECT_EQ(Item(*score, "culprit")->points(), 20);
-  ASSERT_EQ(score->answer_culprit_ranks_size(), 1);
-  EXPECT_EQ(score->answer_culprit_ranks(0), culprit);
-
-  // Nothing acknowledged is lost: crash the controller, start another on
-  // the same state, and the session and its score are still there.
-  const int total = score->total();
-  ctl_->Kill9();
-  ctl_ = std::make_unique<ControllerProcess>(dir_);
-  ASSERT_TRUE(ctl_->ok());
-  auto sessions = c().ListSessions();
-  ASSERT_TRUE(sessions.ok());
-  ASSERT_EQ(sessions->sessions_size(), 1);
-  EXPECT_EQ(sessions->sessions(0).session_id(), id);
-  EXPECT_EQ(sessions->sessions(0).state(), "scored");
-  EXPECT_EQ(sessions->sessions(0).total_score(), total);
-  auto again = c().GetScore(id);
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(again->total(), total);
-}
+// The right diagnosis and fix, verified and scored, and the score outliving
+// a controller crash: AttackerTest.TheScoreBeforeScoringIsNoOracleAndGuessesArePriced
+// plays that session to its end.
 
 TEST_F(DrillTest, WrongRankEarnsNoCulpritPointsAndItsFixFailsVerification) {
   auto [id, culprit] = StartAndFindStraggler(202);

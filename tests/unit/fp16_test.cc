@@ -1,4 +1,4 @@
-// fp16 emulation and bf16 compute semantics (agent/precision.h).
+// fp16 storage and rounding, and bf16 compute semantics (agent/precision.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -19,6 +19,11 @@ constexpr double kHalfEps = 1.0 / 2048;                       // 2^-11: half's r
 constexpr float kHalfMinSubnormal = 5.9604644775390625e-08f;  // 2^-24
 
 float At(const at::Tensor& t, int64_t i) { return t.reshape({-1})[i].item<float>(); }
+
+// x (fp32, positive) stored in half and through one fp16 op (ReLU, which
+// passes positive values and their gradients unchanged): what a gradient
+// flowing back through an fp16 activation becomes.
+at::Tensor ThroughHalf(const at::Tensor& x) { return Relu(MakeSeam(kFp16), kFp16.Boundary(x)); }
 
 TEST(Precision, FromJobNames) {
   v1::JobSpec job;
@@ -44,7 +49,7 @@ TEST(Precision, FromJobNames) {
 TEST(Fp16, ForwardOverflowsAboveHalfMax) {
   auto x = torch::tensor({70000.f, 65504.f, 65519.f, 65520.f, -70000.f, 1.f});
   auto y = kFp16.Boundary(x);
-  EXPECT_EQ(y.scalar_type(), at::kFloat);
+  EXPECT_EQ(y.scalar_type(), at::kHalf) << "stored in 2 bytes";
   EXPECT_TRUE(std::isinf(At(y, 0)) && At(y, 0) > 0);
   EXPECT_EQ(At(y, 1), 65504.f);       // half's largest finite value
   EXPECT_EQ(At(y, 2), 65504.f);       // rounds down
@@ -55,7 +60,7 @@ TEST(Fp16, ForwardOverflowsAboveHalfMax) {
 
 TEST(Fp16, TinyGradientsFlushToZeroInBackward) {
   auto x = torch::ones({4}, torch::requires_grad());
-  auto y = kFp16.Boundary(x);
+  auto y = ThroughHalf(x);
   auto g = torch::tensor({1e-8f, 1e-4f, 3e-8f, 2e-8f});
   y.backward(g);
   const auto gx = x.grad();
@@ -68,7 +73,7 @@ TEST(Fp16, TinyGradientsFlushToZeroInBackward) {
 
 TEST(Fp16, BackwardOverflowsToo) {
   auto x = torch::ones({2}, torch::requires_grad());
-  kFp16.Boundary(x).backward(torch::tensor({1e5f, 1.f}));
+  ThroughHalf(x).backward(torch::tensor({1e5f, 1.f}));
   EXPECT_TRUE(std::isinf(At(x.grad(), 0)));
   EXPECT_EQ(At(x.grad(), 1), 1.f);
 }
@@ -111,7 +116,7 @@ TEST(Fp16, LinearRoundsWeightsAndGradientsThroughHalf) {
   auto b = torch::zeros({1}, torch::requires_grad());
   auto x = torch::full({3, 1}, 0.1f);
   auto y = Linear(kFp16, x, w, b);
-  EXPECT_EQ(y.scalar_type(), at::kFloat);
+  EXPECT_EQ(y.scalar_type(), at::kHalf);
   const float x_half = torch::full({1}, 0.1f).to(at::kHalf).to(at::kFloat).item<float>();
   EXPECT_EQ(At(y, 0), x_half) << "w rounded to 1, x to the nearest half";
   y.sum().backward();
@@ -121,6 +126,63 @@ TEST(Fp16, LinearRoundsWeightsAndGradientsThroughHalf) {
   // A weight too large for half is inf in forward.
   auto big = torch::full({1, 1}, 70000.f);
   EXPECT_TRUE(std::isinf(At(Linear(kFp16, torch::ones({1, 1}), big, at::Tensor()), 0)));
+}
+
+// Every seam op in fp16 and bf16, forward and backward, against the same op
+// in fp32 on the same (2-byte) values: the output and each gradient differ
+// only by the 2-byte dtype's rounding, activations and their gradients are
+// 2-byte tensors, and LayerNorm's fp32 parameters get fp32 gradients.
+TEST(LowPrecision, EverySeamOpMatchesFp32OnTheSameValues) {
+  for (const auto& [prec, eps] : {std::pair{kFp16, kHalfEps}, {kBf16, 1.0 / 256}}) {
+    SCOPED_TRACE(prec.name());
+    const ComputeSeam seam = MakeSeam(prec);
+    const at::ScalarType low = prec.storage_dtype();
+    torch::manual_seed(3);
+    auto rounded = [&](std::vector<int64_t> shape) { return torch::randn(shape).to(low).to(at::kFloat); };
+    struct Case {
+      SeamOp op;
+      std::vector<at::Tensor> in;  // fp32 holding 2-byte values
+      double arg;
+    };
+    const std::vector<Case> cases = {
+        {SeamOp::kLinear, {rounded({6, 5}), rounded({4, 5}), rounded({4})}, 0.0},
+        {SeamOp::kLinear, {rounded({2, 3, 5}), rounded({4, 5})}, 0.0},
+        {SeamOp::kRelu, {rounded({6, 5})}, 0.0},
+        {SeamOp::kGelu, {rounded({6, 5})}, 0.0},
+        {SeamOp::kLayerNorm, {rounded({6, 5}), torch::rand({5}) + 0.5, torch::randn({5})}, 1e-5},
+        {SeamOp::kSoftmax, {rounded({2, 3, 7})}, 0.0},
+        {SeamOp::kScores, {rounded({2, 3, 4}), rounded({2, 3, 4})}, 0.5},
+        {SeamOp::kMatmul, {rounded({2, 3, 3}), rounded({2, 3, 4})}, 0.0},
+    };
+    for (const auto& c : cases) {
+      SCOPED_TRACE(static_cast<int>(c.op));
+      const bool ln = c.op == SeamOp::kLayerNorm;
+      std::vector<at::Tensor> ref_in, low_in, low_leaf;
+      for (size_t i = 0; i < c.in.size(); ++i) {
+        ref_in.push_back(c.in[i].clone().requires_grad_(true));
+        low_leaf.push_back(c.in[i].clone().requires_grad_(true));
+        // Activations enter in 2 bytes; LayerNorm's parameters in fp32.
+        low_in.push_back(ln && i > 0 ? low_leaf[i] : low_leaf[i].to(low));
+      }
+      const at::Tensor ref = RunOp(c.op, ref_in, c.arg);
+      const at::Tensor out = seam.op(c.op, low_in, c.arg);
+      EXPECT_EQ(out.scalar_type(), low);
+      EXPECT_TRUE(out.to(at::kFloat).allclose(ref.detach(), 4 * eps, 1e-3)) << c.in[0].sizes();
+      const at::Tensor g = torch::randn(ref.sizes());
+      ref.backward(g);
+      out.backward(g.to(low));
+      for (size_t i = 0; i < c.in.size(); ++i) {
+        const at::Tensor got = low_leaf[i].grad(), want = ref_in[i].grad();
+        ASSERT_TRUE(got.defined()) << "input " << i;
+        EXPECT_EQ(got.scalar_type(), at::kFloat) << "the cast's backward hands fp32 back";
+        EXPECT_TRUE(got.allclose(want, 8 * eps, 8 * eps))
+            << "input " << i << ": " << (got - want).abs().max();
+        if (!(ln && i > 0)) {
+          EXPECT_TRUE(got.equal(got.to(low).to(at::kFloat))) << "input " << i << " went back in 2 bytes";
+        }
+      }
+    }
+  }
 }
 
 TEST(Bf16, ComputeRunsInBf16WithFp32MasterGrads) {
@@ -166,8 +228,8 @@ TEST(Fp32, IsANoOp) {
   EXPECT_TRUE(kFp32.Weight(x).is_same(x));
   EXPECT_TRUE(kFp32.Input(x).is_same(x));
   EXPECT_TRUE(kFp32.Output(x).is_same(x));
-  // bf16 Boundary is also the identity (activations are already bf16).
-  EXPECT_TRUE(kBf16.Boundary(x).is_same(x));
+  // bf16 stores activations in 2 bytes too.
+  EXPECT_EQ(kBf16.Boundary(x).scalar_type(), at::kBFloat16);
   auto w = torch::randn({2, 3});
   EXPECT_TRUE(Linear(kFp32, x, w, at::Tensor()).equal(torch::nn::functional::linear(x, w)));
   // Integer inputs (token ids) are never cast.
