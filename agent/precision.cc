@@ -140,8 +140,9 @@ struct LowOpFn : public torch::autograd::Function<LowOpFn> {
     const at::Tensor& x = saved[0];
     switch (op) {
       case SeamOp::kRelu:
-        // Needs no arithmetic: the gradient where the output is positive.
-        if (needs[0]) grads[0] = g.masked_fill(x <= 0, 0);
+        // Needs no arithmetic: the gradient where the output is positive, 0
+        // elsewhere (also where it is NaN, as ATen's threshold_backward).
+        if (needs[0]) grads[0] = g.masked_fill(x.gt(0).logical_not(), 0);
         break;
       case SeamOp::kSoftmax:
       case SeamOp::kGelu: {
