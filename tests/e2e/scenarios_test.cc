@@ -365,26 +365,32 @@ void ExpectWrongFixFails(cli::DrillClient& c, const std::string& scenario, int64
   }
 }
 
-TEST_F(ScenarioTest, AWrongFixFailsVerification) {
+// Second plays of four scenarios with the wrong fixes of
+// bench/grading_reliability (WrongFix()), which plays them on 10 seeds under
+// two loads: labelled "grading" (tests/CMakeLists.txt), out of `make test`,
+// which plays each scenario once; `make test-grading` runs them.
+class WrongFixTest : public ScenarioTest {};
+
+TEST_F(WrongFixTest, AWrongFixFailsVerification) {
   // Padding waste "fixed" with more loader workers (input pipeline class):
   // the batches are still padded, so the job stays slow.
   ExpectWrongFixFails(c(), "new-text-pipeline", 32, "data-loader-starvation", "data.num_workers", "8");
 }
 
-TEST_F(ScenarioTest, BiggerBucketsDoNotFixASlowLink) {
+TEST_F(WrongFixTest, BiggerBucketsDoNotFixASlowLink) {
   // The whole job waits in all-reduce, so bigger buckets look plausible
   // (communication class); the ring still runs at its slowest link's speed.
   ExpectWrongFixFails(c(), "allreduce-slowdown", 73, "small-buckets", "comm.bucket_mb", "100");
 }
 
-TEST_F(ScenarioTest, AStaticScaleQuarteredStillOverflows) {
+TEST_F(WrongFixTest, AStaticScaleQuarteredStillOverflows) {
   // The loss does not move, so a learning-rate problem looks plausible
   // (numerics class); a static scale a quarter as big still overflows fp16
   // on every step.
   ExpectWrongFixFails(c(), "mixed-precision-rollout", 92, "lr-divergence", "loss_scale.init_scale", "4194304");
 }
 
-TEST_F(ScenarioTest, AWarmUpAloneDoesNotFixTheLinearRuleOnAdam) {
+TEST_F(WrongFixTest, AWarmUpAloneDoesNotFixTheLinearRuleOnAdam) {
   // The loss jumps in the first steps, so an overflow looks plausible
   // (numerics class); a warm-up takes the jump away, but the rate it ramps
   // to is still 32 times optim.lr and the loss stays far above the
