@@ -48,6 +48,10 @@ Status ValidateDataOptions(const DataOptions& o) {
   if (o.kind == DataKind::kClassification) {
     if (o.input_dim <= 0 || o.num_classes <= 1)
       return InvalidArgument("data: input_dim > 0 and num_classes > 1 needed");
+    if (!(o.feature_scale >= 1 && o.feature_scale <= 1e30))
+      return InvalidArgument(
+          "data.feature_scale must be between 1 and 1e30 (0 = 1: features in their own units), got " +
+          std::to_string(o.feature_scale));
     return Status::Ok();
   }
   if (o.seq_len < 1) return InvalidArgument("model.seq_len must be >= 1");
@@ -80,6 +84,10 @@ StatusOr<DataOptions> DataOptionsFromJob(const v1::JobSpec& job, int rank, uint6
   o.threads = threads;
   o.sample_latency_ms = d.sample_latency_ms();
   if (m.kind() == "gpt-tiny") {
+    if (d.feature_scale() != 0 || d.normalize())
+      return InvalidArgument(
+          "data.feature_scale and data.normalize are the mlp's (its synthetic features); "
+          "gpt-tiny reads tokens");
     o.kind = DataKind::kTokens;
     o.source = d.source().empty() ? "text" : Lower(d.source());
     o.vocab_size = m.vocab_size() > 0 ? m.vocab_size() : kByteVocab;
@@ -99,6 +107,8 @@ StatusOr<DataOptions> DataOptionsFromJob(const v1::JobSpec& job, int rank, uint6
   } else {
     o.input_dim = m.input_dim();
     o.num_classes = m.num_classes();
+    o.feature_scale = d.feature_scale() == 0 ? 1.0 : d.feature_scale();
+    o.normalize = d.normalize();
   }
   FD_RETURN_IF_ERROR(ValidateDataOptions(o));
   return o;
@@ -287,6 +297,9 @@ Batch SampleSource::Make(int64_t step) {
   b.x = at::empty({o.batch_size, o.input_dim}, at::kFloat);
   b.x.normal_(0.0, 1.0, impl_->gen);
   b.y = at::matmul(b.x, impl_->teacher).argmax(1);
+  // In raw units (normalised, the scale and its inverse cancel: the
+  // standardised features are the drawn ones).
+  if (o.feature_scale != 1.0 && !o.normalize) b.x.mul_(o.feature_scale);
   b.sample_ids.resize(o.batch_size);
   std::iota(b.sample_ids.begin(), b.sample_ids.end(), first);
   return b;
@@ -380,6 +393,14 @@ DataLoader::~DataLoader() {
 std::unique_ptr<SampleSource> DataLoader::MakeSource() const {
   if (tokens_) return std::make_unique<SampleSource>(opts_, tokens_);
   return std::make_unique<SampleSource>(opts_);
+}
+
+StatusOr<Batch> DataLoader::Remake(int64_t batch_index) const {
+  if (batch_index < 0 || batch_index >= end_)
+    return OutOfRange("data: no batch " + std::to_string(batch_index) + " in this loader's range");
+  // Every batch is a function of its index (and the options): a fresh
+  // source on this thread makes it again, sharing nothing with the workers.
+  return MakeSource()->Make(batch_index);
 }
 
 DataCursor DataLoader::Cursor() const {

@@ -59,6 +59,12 @@ struct DataOptions {
   // sample (never spins), so starvation costs wall time, not CPU.
   double sample_latency_ms = 0;
 
+  // kClassification only: features in raw units (a sensor's counts): drawn,
+  // labelled, then multiplied by feature_scale. normalize: the loader
+  // standardises them again before the model sees them.
+  double feature_scale = 1;
+  bool normalize = false;
+
   // kTokens only.
   std::string source = "text";  // "text" (shipped corpus) | "synthetic"
   std::string corpus_path;      // text: "" = LocateTextCorpus()
@@ -184,6 +190,9 @@ class DataLoader {
   StatusOr<Batch> Next();
   // The position of the batch Next() returns next (save it with a checkpoint).
   DataCursor Cursor() const;
+  // Batch `batch_index` made again, on the calling thread, without the
+  // storage latency: the same tensors Next() handed out for it.
+  StatusOr<Batch> Remake(int64_t batch_index) const;
   // Batches per epoch (tokens), 0 for the infinite mlp data.
   int64_t steps_per_epoch() const;
   // Changes the simulated storage latency from now on (a fault may raise it).

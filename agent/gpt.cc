@@ -174,14 +174,18 @@ at::Tensor GptImpl::Logits(const at::Tensor& inputs, const at::Tensor& mask) con
   const at::Tensor blocked = allowed.logical_not();
 
   at::Tensor x = at::embedding(wte_, inputs) + at::embedding(wpe_, at::arange(t, at::kLong)).unsqueeze(0);
+  if (seam.observe) seam.observe("embeddings", x);
   const bool checkpoint = cfg_.activation_checkpointing && torch::GradMode::is_enabled();
   for (size_t l = 0; l < blocks_.size(); ++l) {
     x = checkpoint ? CheckpointedBlock::apply(x, blocked, at::TensorList(blocks_[l].all), this,
                                               static_cast<int64_t>(l))
                    : Block(blocks_[l], x, blocked);
+    if (seam.observe) seam.observe("blocks." + std::to_string(l), x);
   }
   x = Boundary(seam, LayerNorm(seam, x, lnf_w_, lnf_b_, 1e-5));
-  return Boundary(seam, Linear(seam, x, cfg_.tie_embeddings ? wte_ : head_w_, at::Tensor()));
+  x = Boundary(seam, Linear(seam, x, cfg_.tie_embeddings ? wte_ : head_w_, at::Tensor()));
+  if (seam.observe) seam.observe("logits", x);
+  return x;
 }
 
 at::Tensor GptImpl::Loss(const at::Tensor& inputs, const at::Tensor& targets, const at::Tensor& mask) const {

@@ -152,8 +152,11 @@ void LossScaler::Update(bool found_inf) {
 }
 
 Status LossScaler::set_state(const State& s) {
-  if (!std::isfinite(s.scale) || !(s.scale > 0))
-    return InvalidArgument("loss scaler state: scale must be finite and > 0, got " + std::to_string(s.scale));
+  // 0 is a state GradScaler reaches (backing off on every step, no floor)
+  // and saves; a negative or non-finite scale is none.
+  if (!std::isfinite(s.scale) || !(s.scale >= 0))
+    return InvalidArgument("loss scaler state: scale must be finite and >= 0, got " +
+                           std::to_string(s.scale));
   if (s.growth_tracker < 0 || s.skipped_total < 0)
     return InvalidArgument("loss scaler state: negative growth_tracker or skipped_total");
   if (opts_.mode == Mode::kDynamic && s.growth_tracker >= opts_.growth_interval)

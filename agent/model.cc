@@ -3,6 +3,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <set>
+#include <sstream>
+#include <string>
 
 #include "agent/error_text.h"
 
@@ -19,10 +22,15 @@ Status LossError(const char* model, const std::exception& e) {
 
 class MlpModel final : public TrainModel {
  public:
-  explicit MlpModel(torch::nn::Sequential net) : net_(std::move(net)) {
+  MlpModel(torch::nn::Sequential net, const std::set<std::string>& keep_fp32) : net_(std::move(net)) {
     for (const auto& m : net_->modules(/*include_self=*/false)) {
       if (auto* lin = m->as<torch::nn::Linear>()) linears_.push_back(lin);
       if (auto* ln = m->as<torch::nn::LayerNorm>()) norms_.push_back(ln);
+    }
+    for (size_t i = 0; i < linears_.size(); ++i) {
+      const std::string layer = MlpLayerName(static_cast<int>(i), static_cast<int>(linears_.size()) - 1);
+      names_.push_back({layer + ".linear", layer + ".norm", layer});
+      keep_fp32_.push_back(keep_fp32.count(layer) > 0);
     }
   }
 
@@ -35,17 +43,41 @@ class MlpModel final : public TrainModel {
     try {
       // Same maths as net_->forward (nn::Linear is at::linear), spelled out
       // so every product goes through the precision seam.
-      at::Tensor x = Boundary(seam_, batch.x);
+      static const std::string kInput = "input";
+      Watch(seam_, kInput, batch.x);
+      // A layer kept in fp32 reads its input as it is (under autocast the
+      // cast to 2 bytes happens inside the op it would have run).
+      at::Tensor x = keep_fp32_.empty() || !keep_fp32_[0] ? Boundary(seam_, batch.x) : batch.x;
       for (size_t i = 0; i < linears_.size(); ++i) {
-        x = Linear(seam_, x, linears_[i]->weight, linears_[i]->bias);
+        const bool hidden = i + 1 < linears_.size();
+        const auto& w = linears_[i]->weight;
+        const auto& b = linears_[i]->bias;
+        if (keep_fp32_[i]) {
+          // autocast(enabled=False) around the layer: fp32 input, its fp32
+          // parameters, fp32 out; the next layer's op casts it down.
+          x = at::linear(x.to(at::kFloat), w, b);
+          Watch(seam_, names_[i].linear, x);
+          if (i < norms_.size()) {
+            x = RunOp(SeamOp::kLayerNorm, {x, norms_[i]->weight, norms_[i]->bias}, norms_[i]->options.eps());
+            Watch(seam_, names_[i].norm, x);
+          }
+          if (hidden) x = Boundary(seam_, RunOp(SeamOp::kRelu, {x}, 0.0));
+          continue;
+        }
+        x = Linear(seam_, x, w, b);
+        Watch(seam_, names_[i].linear, x);
         if (i < norms_.size()) {
           // In fp32, as autocast runs layer_norm (a bf16 or half product comes in).
           x = LayerNorm(seam_, x, norms_[i]->weight, norms_[i]->bias, norms_[i]->options.eps());
+          Watch(seam_, names_[i].norm, x);
         }
-        if (i + 1 < linears_.size()) x = Relu(seam_, x);
+        if (hidden) x = Relu(seam_, x);
         x = Boundary(seam_, x);
       }
-      return at::cross_entropy_loss(x.to(at::kFloat), batch.y);
+      at::Tensor loss = at::cross_entropy_loss(x.to(at::kFloat), batch.y);
+      static const std::string kLoss = "loss";
+      Watch(seam_, kLoss, loss);
+      return loss;
     } catch (const std::exception& e) {
       return LossError("mlp", e);
     }
@@ -62,9 +94,14 @@ class MlpModel final : public TrainModel {
   ComputeSeam& seam() override { return seam_; }
 
  private:
+  struct Names {
+    std::string linear, norm, layer;
+  };
   torch::nn::Sequential net_;
   std::vector<torch::nn::LinearImpl*> linears_;
   std::vector<torch::nn::LayerNormImpl*> norms_;  // one per hidden layer, or none
+  std::vector<Names> names_;                      // per linear, as `probe activations` shows them
+  std::vector<bool> keep_fp32_;                   // per linear: the layer runs in fp32 (model.keep_fp32)
   ComputeSeam seam_;
 };
 
@@ -82,7 +119,10 @@ class GptModel final : public TrainModel {
       return InvalidArgument("gpt-tiny needs a token batch ([B, T] int64 inputs); is data.kind tokens?");
     }
     try {
-      return gpt_->Loss(batch.x, batch.y, batch.mask);
+      at::Tensor loss = gpt_->Loss(batch.x, batch.y, batch.mask);
+      static const std::string kLoss = "loss";
+      Watch(gpt_->seam, kLoss, loss);
+      return loss;
     } catch (const std::exception& e) {
       return LossError("gpt-tiny", e);
     }
@@ -105,7 +145,35 @@ int64_t TrainModel::num_parameters() const {
   return n;
 }
 
+std::string MlpLayerName(int i, int hidden_layers) {
+  return i < hidden_layers ? "layers." + std::to_string(i) : "head";
+}
+
+StatusOr<std::set<std::string>> KeepFp32Layers(const v1::ModelSpec& spec) {
+  std::set<std::string> out;
+  if (spec.keep_fp32().empty()) return out;
+  if (spec.kind() != "mlp")
+    return InvalidArgument("model.keep_fp32 names mlp layers (layers.0 .. layers.N-1, head); " + spec.kind() +
+                           " runs every layer in the job's precision");
+  std::string known;
+  for (int i = 0; i <= spec.layers(); ++i)
+    known += (known.empty() ? "" : ", ") + MlpLayerName(i, spec.layers());
+  std::stringstream in(spec.keep_fp32());
+  for (std::string name; std::getline(in, name, ',');) {
+    const size_t a = name.find_first_not_of(' '), z = name.find_last_not_of(' ');
+    name = a == std::string::npos ? "" : name.substr(a, z - a + 1);
+    bool found = false;
+    for (int i = 0; i <= spec.layers() && !found; ++i) found = name == MlpLayerName(i, spec.layers());
+    if (!found)
+      return InvalidArgument("model.keep_fp32: no layer '" + name + "' in this mlp; its layers are " + known +
+                             " (comma-separated, as `firedrill probe activations` names them)");
+    out.insert(name);
+  }
+  return out;
+}
+
 Status ValidateModelSpec(const v1::ModelSpec& spec) {
+  if (auto keep = KeepFp32Layers(spec); !keep.ok()) return keep.status();
   if (spec.kind() == "gpt-tiny") {
     if (spec.vocab_size() < 0) return InvalidArgument("model.vocab_size must be >= 0 (0 = 256)");
     if (spec.mlp_ratio() < 0) return InvalidArgument("model.mlp_ratio must be >= 0 (0 = 4)");
@@ -182,7 +250,9 @@ StatusOr<std::unique_ptr<TrainModel>> CreateModel(const v1::ModelSpec& spec, uin
   }
   auto net = BuildModel(spec, seed);
   if (!net.ok()) return net.status();
-  return std::unique_ptr<TrainModel>(new MlpModel(std::move(net).value()));
+  auto keep = KeepFp32Layers(spec);
+  if (!keep.ok()) return keep.status();
+  return std::unique_ptr<TrainModel>(new MlpModel(std::move(net).value(), *keep));
 }
 
 }  // namespace firedrill::agent

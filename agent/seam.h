@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace firedrill::agent {
@@ -32,7 +33,16 @@ struct ComputeSeam {
   std::function<at::Tensor(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)> linear;
   std::function<at::Tensor(const at::Tensor& x)> boundary;
   std::function<at::Tensor(SeamOp op, const std::vector<at::Tensor>& in, double arg)> op;
+  // Set only while `probe activations` runs a forward pass: each named
+  // point of the model (its input, each layer's output, the logits) as the
+  // model computed it, in the dtype it is stored in (a forward hook).
+  std::function<void(const std::string& name, const at::Tensor& value)> observe;
 };
+
+// Hands a named point to seam.observe where it is set; nothing otherwise.
+inline void Watch(const ComputeSeam& seam, const std::string& name, const at::Tensor& value) {
+  if (seam.observe) seam.observe(name, value);
+}
 
 // The op in plain ATen, in the inputs' dtype (LayerNorm: fp32).
 at::Tensor RunOp(SeamOp op, const std::vector<at::Tensor>& in, double arg);

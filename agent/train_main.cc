@@ -51,7 +51,7 @@ void PrintStep(const v1::StepReport& r) {
     std::snprintf(buf, sizeof(buf), " | %8.0f tok/s | pad %4.1f%%", r.tokens_per_s(), 100.0 * r.padding_fraction());
     line += buf;
   }
-  if (r.loss_scale() > 0) {
+  if (r.loss_scaling() || r.loss_scale() > 0) {
     std::snprintf(buf, sizeof(buf), " | scale %g%s (%" PRId64 " skipped)", r.loss_scale(), r.skipped() ? " SKIP" : "",
                   r.skipped_total());
     line += buf;

@@ -313,11 +313,16 @@ struct Trainer::Impl {
   Status SaveCheckpoint(comm::ProcessGroup& pg, const DataLoader& loader, int64_t steps);
   // After `steps` steps, when some rank voted for a probe: runs it on a
   // fresh group of its own and reports; a failure is reported, not returned.
-  void RunProbes(comm::ProcessGroup& pg, int64_t steps, const std::atomic<bool>& stop);
+  void RunProbes(comm::ProcessGroup& pg, const DataLoader& loader, int64_t steps,
+                 const std::atomic<bool>& stop);
   // `probe checksum`: a SHA-256 of every parameter tensor as this rank holds
   // it, in the model's order (what Megatron-LM's
   // check_param_hashes_across_dp_replicas compares).
   Status Checksums(v1::ProbeReport* out);
+  // `probe activations`: the model's forward pass on this rank's last
+  // batch again, without gradients, each named point's magnitudes (a
+  // forward hook, as Hugging Face's DebugUnderflowOverflow has).
+  Status Activations(const DataLoader& loader, v1::ProbeReport* out);
   // The whole model in one digest: SHA-256 over the per-tensor SHA-256s
   // (hex, in the model's order). Empty if OpenSSL failed.
   std::string ParamsDigest();
@@ -860,6 +865,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         report.set_grad_norm(std::sqrt(grad_sq));
         report.set_lr(lr);
         report.set_loss_scale(scaling ? scaler->scale() : 0.0);
+        report.set_loss_scaling(scaling);
         report.set_skipped(scaler->last_step_skipped());
         report.set_skipped_total(scaler->skipped_total());
         report.set_micro_batches(accum);
@@ -889,7 +895,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         if (step + 1 == end) report.set_params_sha256(ParamsDigest());
         on_step(report);
       }
-      if (rs.probe) RunProbes(pg, step + 1, stop);
+      if (rs.probe) RunProbes(pg, *loader, step + 1, stop);
       if (rs.stop) {
         ++step;
         break;
@@ -904,7 +910,8 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
   return Status::Ok();
 }
 
-void Trainer::Impl::RunProbes(comm::ProcessGroup& pg, int64_t steps, const std::atomic<bool>& stop) {
+void Trainer::Impl::RunProbes(comm::ProcessGroup& pg, const DataLoader& loader, int64_t steps,
+                              const std::atomic<bool>& stop) {
   // Every rank is here after the same step. A rank whose copy of the
   // request has not arrived yet waits for it; one that never comes fails the
   // probe on every rank (they disagree on the request below, or the group
@@ -945,12 +952,14 @@ void Trainer::Impl::RunProbes(comm::ProcessGroup& pg, int64_t steps, const std::
     started.set_started(true);
     opts.probes->Report(started);
     if (req->spec().op() == "checksum") return Checksums(&report);
+    if (req->spec().op() == "activations") return Activations(loader, &report);
     return RunProbe(**group, req->spec(), steps, &report, &stop);
   }();
   if (!st.ok()) {
     report.clear_rows();
     report.clear_pairs();
     report.clear_checksums();
+    report.clear_activations();
     report.set_error(who() + " after step " + std::to_string(steps) + ": " + st.message());
   }
   spdlog::info("rank {}: probe {} after step {} took {:.0f} ms{}", rank, req ? req->spec().op() : "?", steps,
@@ -968,6 +977,65 @@ Status Trainer::Impl::Checksums(v1::ProbeReport* out) {
     c->set_sha256(Sha256Hex(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size()));
     if (c->sha256().empty()) return Internal("SHA-256 of parameter " + kv.key() + " failed (OpenSSL)");
   }
+  return Status::Ok();
+}
+
+namespace {
+
+const char* DtypeName(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return "float32";
+    case at::kHalf:
+      return "float16";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kDouble:
+      return "float64";
+    case at::kLong:
+      return "int64";
+    default:
+      return "other";
+  }
+}
+
+// One named point's magnitudes, as it is stored.
+v1::ActivationStat StatOf(const std::string& name, const at::Tensor& value) {
+  v1::ActivationStat s;
+  s.set_name(name);
+  s.set_dtype(DtypeName(value.scalar_type()));
+  s.set_numel(value.numel());
+  const at::Tensor f = value.detach().to(at::kDouble).reshape({-1});
+  s.set_inf(at::isinf(f).sum().item<int64_t>());
+  s.set_nan(at::isnan(f).sum().item<int64_t>());
+  const at::Tensor finite = f.masked_select(at::isfinite(f)).abs();
+  if (finite.numel() > 0) {
+    s.set_abs_max(finite.max().item<double>());
+    const at::Tensor nonzero = finite.masked_select(finite > 0);
+    if (nonzero.numel() > 0) s.set_abs_min(nonzero.min().item<double>());
+  }
+  return s;
+}
+
+}  // namespace
+
+Status Trainer::Impl::Activations(const DataLoader& loader, v1::ProbeReport* out) {
+  const int64_t last = loader.Cursor().next_batch - 1;
+  if (last < 0) return FailedPrecondition("no batch trained on yet");
+  auto batch = loader.Remake(last);
+  if (!batch.ok()) return batch.status();
+  std::lock_guard<std::mutex> lock(param_mu);
+  torch::NoGradGuard no_grad;
+  ComputeSeam& seam = model->seam();
+  seam.observe = [out](const std::string& name, const at::Tensor& value) {
+    *out->add_activations() = StatOf(name, value);
+  };
+  struct Unhook {
+    ComputeSeam& s;
+    ~Unhook() { s.observe = nullptr; }
+  } unhook{seam};
+  auto loss = model->Loss(*batch);
+  if (!loss.ok()) return loss.status();
   return Status::Ok();
 }
 

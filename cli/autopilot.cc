@@ -277,13 +277,26 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     f.found = true;
     f.cause = "fp16-overflow";
     const std::string mode = job.loss_scale().mode().empty() ? "default" : job.loss_scale().mode();
-    f.evidence = context + std::to_string(newest->skipped_total()) + " of " + std::to_string(stepped) +
-                 " optimiser steps were skipped for inf/NaN gradients, at a loss scale of " +
-                 Num(newest->loss_scale()) + " (precision " + (job.precision().empty() ? "fp32" : job.precision()) +
-                 ", loss_scale.mode " + mode + "): the scaled gradients do not fit in fp16 (largest value 65504), "
-                 "so no update reaches the weights and the loss cannot move. A dynamic scale (GradScaler) halves "
-                 "itself on every overflow until the gradients fit.";
-    Set(&f.fix, "loss_scale.mode", "dynamic");
+    const std::string skipped =
+        context + std::to_string(newest->skipped_total()) + " of " + std::to_string(stepped) +
+        " optimiser steps were skipped for inf/NaN gradients, at a loss scale of " +
+        ScaleText(newest->loss_scale()) + " (precision " +
+        (job.precision().empty() ? "fp32" : job.precision()) + ", loss_scale.mode " + mode + ")";
+    if (mode == "dynamic") {
+      // GradScaler halved the scale on every one of those steps: no scale
+      // makes them fit, so the inf is not the scaled gradient's.
+      f.evidence = skipped +
+                   ": a dynamic scale halves itself on every overflow, and it has come down from "
+                   "GradScaler's 65536 without a step fitting. What does not fit in fp16 is a value of "
+                   "the forward pass, before any scale applies.";
+      f.needs_activations = true;
+    } else {
+      f.evidence = skipped +
+                   ": the scaled gradients do not fit in fp16 (largest value 65504), so no update "
+                   "reaches the weights and the loss cannot move. A dynamic scale (GradScaler) halves "
+                   "itself on every overflow until the gradients fit.";
+      Set(&f.fix, "loss_scale.mode", "dynamic");
+    }
     out.push_back(f);
     return out;
   }
@@ -717,6 +730,46 @@ CurveFinding ReasonCurves(const v1::MetricsResponse& main, const v1::MetricsResp
   return out;
 }
 
+AutopilotFinding ReasonActivations(const AutopilotFinding& before, const v1::RunProbeResponse& r) {
+  AutopilotFinding f = before;
+  f.found = false;
+  f.needs_activations = false;
+  f.fix.clear_settings();
+  double input_max = 0;
+  std::string input_dtype;
+  for (const auto& a : r.activations()) {
+    if (a.name() == "input" || a.name() == "embeddings") {
+      input_max = a.abs_max();
+      input_dtype = a.dtype();
+    }
+    if (a.inf() + a.nan() == 0) continue;
+    // The first point that holds one: the op before it made it.
+    const std::string& n = a.name();
+    std::string layer;
+    if (n.rfind("layers.", 0) == 0) layer = n.substr(0, n.find('.', 7));
+    if (n.rfind("head", 0) == 0) layer = "head";
+    f.evidence += " probe activations: the first point of the forward pass that holds an inf or a NaN is " +
+                  n + " (" + a.dtype() + ": " + std::to_string(a.inf()) + " inf, " + std::to_string(a.nan()) +
+                  " NaN, on " + std::to_string(a.ranks_nonfinite()) + " of " +
+                  std::to_string(r.world_size()) + " ranks)";
+    if (!input_dtype.empty())
+      f.evidence += "; the model's input (" + input_dtype + ") reaches " + Num(input_max) +
+                    (input_max > 65504 ? ", beyond fp16's 65504" : "");
+    if (layer.empty()) {
+      f.evidence += ". That is not a layer's output: no layer to keep in fp32.";
+      return f;
+    }
+    f.evidence += ". Run " + layer +
+                  " in fp32 (model.keep_fp32), as autocast(enabled=False) around it would: "
+                  "its input and output keep fp32's range, and every other layer stays in fp16.";
+    f.found = true;
+    Set(&f.fix, "model.keep_fp32", layer);
+    return f;
+  }
+  f.evidence += " probe activations: no point of the forward pass holds an inf or a NaN on the last batch.";
+  return f;
+}
+
 AutopilotFinding ReasonChecksums(const v1::RunProbeResponse& r) {
   AutopilotFinding f;
   std::map<int, int> odd_tensors;  // rank -> tensors where it holds a minority hash
@@ -1124,6 +1177,28 @@ int PilotSession(CliContext& ctx, const std::string& id) {
     v1::GetMetricsRequest mr;
     mr.set_session_id(id);
     if (auto m = client.GetMetrics(mr); m.ok()) finding.evidence += " " + MetricsEvidence(*m);
+  }
+  for (auto& finding : findings) {
+    if (!finding.needs_activations) continue;
+    // Which value of the forward pass does not fit: each layer's output.
+    v1::RunProbeRequest pr;
+    pr.set_session_id(id);
+    pr.mutable_spec()->set_op("activations");
+    auto acts = client.RunProbe(pr);
+    if (!acts.ok()) {
+      *ctx.err << "error: probe: " << acts.status().message() << "\n";
+      (void)client.EndSession(id, std::chrono::seconds(60));
+      return 1;
+    }
+    out << "\n";
+    PrintProbe(*acts, out);
+    finding = ReasonActivations(finding, *acts);
+    if (!finding.found) {
+      out << "\nevidence: " << finding.evidence
+          << "\nautopilot: no layer's output holds the overflow; ending the session\n";
+      (void)client.EndSession(id, std::chrono::seconds(60));
+      return 1;
+    }
   }
   for (auto& finding : findings) {
     if (!finding.needs_probes) continue;

@@ -23,6 +23,10 @@ struct AutopilotFinding {
   // The telemetry points at the interconnect but cannot say where: run the
   // probes and let ReasonProbes() decide.
   bool needs_probes = false;
+  // fp16 overflows although the scale backs off: a value of the forward
+  // pass does not fit. Run `probe activations` and let ReasonActivations()
+  // say which layer.
+  bool needs_activations = false;
 };
 
 // One look at the job: everything the telemetry and config point at (two
@@ -75,6 +79,11 @@ struct CurveFinding {
 };
 CurveFinding ReasonCurves(const v1::MetricsResponse& main, const v1::MetricsResponse& baseline,
                           const v1::JobSpec& job, int briefed_world = 0);
+
+// Where the forward pass first holds an inf or a NaN (`probe activations`):
+// the layer whose op produced it runs in fp32 (model.keep_fp32). Found
+// only when that point is a layer's (not the input, not the loss).
+AutopilotFinding ReasonActivations(const AutopilotFinding& before, const v1::RunProbeResponse& activations);
 
 // Replicas compared (`probe checksum`): tensors whose hash is not the same
 // on every rank mean the data-parallel copies went apart. The culprits are

@@ -298,11 +298,15 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   int probe_factor = 0, probe_iters = 0, probe_warmup = -1, probe_steps = 0;
   int64_t probe_from = 0;
   auto* probe = app.add_subcommand("probe", "measure the job's collectives between its steps, like nccl-tests");
-  probe->add_option("OP", probe_op,
-                    "allreduce | allgather | reducescatter | p2p | checksum (every parameter's hash on every rank) | "
-                    "resume (a save and resume from a checkpoint against the same steps straight, bitwise)")
+  probe
+      ->add_option(
+          "OP", probe_op,
+          "allreduce | allgather | reducescatter | p2p | checksum (every parameter's hash on every rank) | "
+          "resume (a save and resume from a checkpoint against the same steps straight, bitwise) | "
+          "activations (each layer's output magnitudes on the last batch, forward only)")
       ->required()
-      ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "p2p", "checksum", "resume"}));
+      ->check(CLI::IsMember(
+          {"allreduce", "allgather", "reducescatter", "p2p", "checksum", "resume", "activations"}));
   probe->add_option("-b,--min", probe_min, "smallest size (default 8; p2p: --max)");
   probe->add_option("-e,--max", probe_max, "largest size (default 16M; p2p: the message size, default 4M)");
   probe->add_option("-f,--factor", probe_factor, "size multiplier between rows (default 2)");

@@ -267,8 +267,13 @@ void PrintMetrics(const v1::MetricsResponse& full, const std::vector<std::string
       mx = std::max(mx, v);
     }
     if (name == "loss_scale" && mx == 0 && bad == 0) {
-      out << "  0 at every step: loss scaling is off\n";
-      continue;
+      bool scaling = false;
+      for (const auto& r : m.ranks())
+        for (const auto& row : r.rows()) scaling = scaling || row.loss_scaling();
+      if (!scaling) {
+        out << "  0 at every step: loss scaling is off\n";
+        continue;
+      }
     }
     out << "  first " << Sig(p.values.front()) << " (step " << p.steps.front() << "), last " << Sig(p.values.back())
         << " (step " << p.steps.back() << ")";

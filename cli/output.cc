@@ -142,8 +142,8 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     out << "training: global batch " << latest->global_batch() << " (" << job.data().batch_size() << " per rank x "
         << accum << " micro-batch" << (accum > 1 ? "es" : "") << " x " << job.world_size() << " ranks), lr "
         << Sig(latest->lr()) << ", ";
-    if (latest->loss_scale() > 0) {
-      out << "loss scale " << Num(latest->loss_scale()) << " (" << latest->skipped_total() << " of "
+    if (latest->loss_scaling() || latest->loss_scale() > 0) {
+      out << "loss scale " << ScaleText(latest->loss_scale()) << " (" << latest->skipped_total() << " of "
           << latest->step() + 1 << " optimiser steps skipped so far)";
     } else {
       out << "no loss scaling (" << latest->skipped_total() << " optimiser steps skipped)";
@@ -381,12 +381,13 @@ void PrintConfig(const v1::SessionStatus& st, std::ostream& out) {
   std::vector<std::pair<std::string, std::string>> kv;
   PrintFields(st.job(), "", &kv);
   // Settings whose default is a policy the job runs with, shown with it
-  // where the job leaves them out: the model's normalisation, the learning
+  // where the job leaves them out: the model's normalisation, the mlp's
+  // feature units and their normalisation, the learning
   // rate's warm-up, how the optimiser's state is laid out,
   // how the launcher restarts the job and how a resume reads a checkpoint
   // are part of every job, not only of the ones that set them.
   const v1::JobSpec& j = st.job();
-  const std::vector<std::pair<std::string, std::string>> defaults = {
+  std::vector<std::pair<std::string, std::string>> defaults = {
       {"model.norm", j.model().kind() == "gpt-tiny" ? "layer" : "none"},
       {"optim.warmup_steps", "0"},
       {"optim.zero_stage", "0"},
@@ -394,6 +395,12 @@ void PrintConfig(const v1::SessionStatus& st, std::ostream& out) {
       {"elastic.max_restarts", "0"},
       {"elastic.min_nodes", std::to_string(j.world_size())},
   };
+  if (j.model().kind() != "gpt-tiny") {
+    // The mlp's features have units (1: their own); the pipeline may
+    // standardise them.
+    defaults.push_back({"data.feature_scale", "1"});
+    defaults.push_back({"data.normalize", "false"});
+  }
   for (const auto& [key, value] : defaults) {
     const bool set = std::any_of(kv.begin(), kv.end(), [&](const auto& e) { return e.first == key; });
     if (set) continue;

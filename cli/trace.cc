@@ -75,7 +75,7 @@ std::string ChromeTraceJson(const v1::TraceResponse& trace) {
         args["tokens_per_s"] = s.tokens_per_s();
         args["padding_fraction"] = s.padding_fraction();
       }
-      if (s.loss_scale() > 0) {
+      if (s.loss_scaling() || s.loss_scale() > 0) {
         args["loss_scale"] = s.loss_scale();
         args["skipped"] = s.skipped();
       }

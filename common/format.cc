@@ -18,6 +18,8 @@ std::string Sig(double v) {
   return buf;
 }
 
+std::string ScaleText(double v) { return v >= 1 || v == 0 ? Num(v) : Sig(v); }
+
 std::string PartDiffText(int differ, int missing, double max_abs_diff, const std::string& a, const std::string& b) {
   if (differ == 0) return "-";
   if (!a.empty() || !b.empty()) return a + " | " + b;

@@ -11,6 +11,9 @@ std::string Num(double v, int precision = 0);
 // Four significant digits, as printf's %.4g: Sig(0.02) == "0.02",
 // Sig(16777216) == "1.678e+07".
 std::string Sig(double v);
+// A loss scale: as a whole number from 1 up (16777216), in significant
+// digits below (a dynamic scale backed off to 6.939e-18), 0 as 0.
+std::string ScaleText(double v);
 // A byte count in binary units: "512 B", "41.2 MiB".
 std::string Bytes(int64_t n);
 // The last column of a part-by-part checkpoint comparison (firedrill-ckpt

@@ -1,5 +1,6 @@
 #include "controller/probe_merge.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <utility>
@@ -11,10 +12,15 @@ namespace firedrill::controller {
 StatusOr<v1::ProbeSpec> NormalizeProbeSpec(const v1::ProbeSpec& in) {
   v1::ProbeSpec s = in;
   const std::string& op = s.op();
-  // Not a collective: each rank hashes its own parameters (no sizes).
-  if (op == "checksum") {
+  // Not collectives: each rank hashes its own parameters, or runs its own
+  // forward pass (no sizes).
+  if (op == "checksum" || op == "activations") {
     if (s.min_bytes() != 0 || s.max_bytes() != 0 || s.factor() != 0 || s.iters() != 0 || s.warmup_iters() != 0)
-      return InvalidArgument("probe checksum hashes every parameter: it takes no sizes or iterations");
+      return InvalidArgument(
+          op == "checksum" ? "probe checksum hashes every parameter: it takes no sizes or iterations"
+                           : "probe activations runs one forward pass: it takes no sizes or iterations");
+    if (s.from_step() != 0 || s.resume_steps() != 0)
+      return InvalidArgument("probe " + op + ": --from and --steps are probe resume's");
     return s;
   }
   if (op == "resume") {
@@ -29,7 +35,8 @@ StatusOr<v1::ProbeSpec> NormalizeProbeSpec(const v1::ProbeSpec& in) {
     return InvalidArgument("probe " + op + ": --from and --steps are probe resume's");
   const collectives::Collective* c = collectives::Find(op);
   if (c == nullptr || !c->probe)
-    return InvalidArgument("probe: unknown op '" + op + "'; known: " + collectives::ProbeNames() + ", checksum, resume");
+    return InvalidArgument("probe: unknown op '" + op + "'; known: " + collectives::ProbeNames() +
+                           ", checksum, resume, activations");
   constexpr int64_t kMiB = 1 << 20;
   if (s.max_bytes() == 0) s.set_max_bytes(op == "p2p" ? 4 * kMiB : 16 * kMiB);
   if (s.min_bytes() == 0) s.set_min_bytes(op == "p2p" ? s.max_bytes() : 8);
@@ -50,6 +57,23 @@ StatusOr<v1::ProbeSpec> NormalizeProbeSpec(const v1::ProbeSpec& in) {
   return s;
 }
 
+namespace {
+
+// Every rank's report at its rank's index; an error when one is missing.
+StatusOr<std::vector<const v1::ProbeReport*>> ByRank(int world, const std::vector<v1::ProbeReport>& reports) {
+  std::vector<const v1::ProbeReport*> by_rank(world, nullptr);
+  for (const auto& r : reports) {
+    if (r.rank() < 0 || r.rank() >= world)
+      return Internal("probe: a report from rank " + std::to_string(r.rank()));
+    by_rank[r.rank()] = &r;
+  }
+  for (int r = 0; r < world; ++r)
+    if (by_rank[r] == nullptr) return Internal("probe: rank " + std::to_string(r) + " did not report");
+  return by_rank;
+}
+
+}  // namespace
+
 StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int world,
                                                  const std::vector<v1::ProbeReport>& reports) {
   v1::RunProbeResponse out;
@@ -59,13 +83,9 @@ StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int 
   if (reports.empty()) return Internal("probe: no rank reported");
   out.set_step(reports.front().step());
   if (spec.op() == "checksum") {
-    std::vector<const v1::ProbeReport*> by_rank(world, nullptr);
-    for (const auto& r : reports) {
-      if (r.rank() < 0 || r.rank() >= world) return Internal("probe: a report from rank " + std::to_string(r.rank()));
-      by_rank[r.rank()] = &r;
-    }
-    for (int r = 0; r < world; ++r)
-      if (by_rank[r] == nullptr) return Internal("probe: rank " + std::to_string(r) + " did not report");
+    auto ranked = ByRank(world, reports);
+    if (!ranked.ok()) return ranked.status();
+    const std::vector<const v1::ProbeReport*>& by_rank = *ranked;
     const v1::ProbeReport& first = *by_rank[0];
     for (int r = 1; r < world; ++r) {
       const v1::ProbeReport& other = *by_rank[r];
@@ -88,6 +108,37 @@ StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int 
         distinct.insert(by_rank[r]->checksums(i).sha256());
       }
       p->set_distinct(static_cast<int>(distinct.size()));
+    }
+    return out;
+  }
+  if (spec.op() == "activations") {
+    // Rank 0's points in forward order; every rank ran the same model.
+    auto ranked = ByRank(world, reports);
+    if (!ranked.ok()) return ranked.status();
+    const std::vector<const v1::ProbeReport*>& by_rank = *ranked;
+    const v1::ProbeReport& first = *by_rank[0];
+    for (int i = 0; i < first.activations_size(); ++i) {
+      v1::ActivationStat m = first.activations(i);
+      m.set_numel(0);
+      m.set_inf(0);
+      m.set_nan(0);
+      m.set_abs_max(0);
+      m.set_abs_min(0);
+      for (int r = 0; r < world; ++r) {
+        const v1::ProbeReport& rep = *by_rank[r];
+        if (rep.activations_size() != first.activations_size() || rep.activations(i).name() != m.name())
+          return Internal("probe activations: rank " + std::to_string(r) + " ran other points than rank 0 (" +
+                          std::to_string(rep.activations_size()) + " against " +
+                          std::to_string(first.activations_size()) + ")");
+        const v1::ActivationStat& a = rep.activations(i);
+        m.set_numel(m.numel() + a.numel());
+        m.set_inf(m.inf() + a.inf());
+        m.set_nan(m.nan() + a.nan());
+        m.set_abs_max(std::max(m.abs_max(), a.abs_max()));
+        if (a.abs_min() > 0 && (m.abs_min() == 0 || a.abs_min() < m.abs_min())) m.set_abs_min(a.abs_min());
+        if (a.inf() + a.nan() > 0) m.set_ranks_nonfinite(m.ranks_nonfinite() + 1);
+      }
+      *out.add_activations() = m;
     }
     return out;
   }

@@ -55,6 +55,7 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
   out->set_window_steps(static_cast<int>(n));
   // Optimiser state, counters and memory: the last step's values.
   out->set_loss_scale(last.loss_scale());
+  out->set_loss_scaling(last.loss_scaling());
   out->set_skipped_total(last.skipped_total());
   out->set_grad_norm(last.grad_norm());
   out->set_lr(last.lr());
@@ -201,6 +202,7 @@ v1::MetricsRow MetricsRowOf(const v1::StepReport& s) {
   r.set_loss(s.loss());
   r.set_grad_norm(s.grad_norm());
   r.set_loss_scale(s.loss_scale());
+  r.set_loss_scaling(s.loss_scaling());
   r.set_skipped(s.skipped());
   r.set_skipped_total(s.skipped_total());
   r.set_lr(s.lr());

@@ -10,6 +10,16 @@
 // agent/precision.h. Remedies: loss_scale.mode = dynamic (GradScaler backs
 // off until the gradients fit), a sane static scale, or bf16 (fp32's
 // exponent range, no scaling needed).
+//
+// The dynamic variant (params.loss_scale: dynamic): the deploy turns on
+// GradScaler's defaults, and the gradients would fit; what does not is an
+// activation. A layer whose input or output passes 65504 (raw features in
+// a job whose healthy precision is bf16, data.feature_scale) becomes inf in
+// the forward pass, before any scale applies: the loss is inf or NaN on
+// every step, every step is skipped, and the scale halves on each one, to
+// 0 after about 165 steps (GradScaler has no floor). Remedies: that layer
+// in fp32 (model.keep_fp32, as autocast(enabled=False) or transformers'
+// _keep_in_fp32_modules) or features the pipeline normalises.
 #pragma once
 
 #include "common/status.h"

@@ -37,16 +37,22 @@ const std::vector<std::pair<std::string, C>>& Table() {
       {"model", C::kWorkload},
       // Recomputing activations trades memory for time; the maths is the same.
       {"model.activation_checkpointing", C::kOperational},
+      // Which layers run in fp32 under fp16 or bf16: the numerics, as precision.
+      {"model.keep_fp32", C::kWorkload},
       {"data.batch_size", C::kWorkload},
       {"data.seed", C::kWorkload},
       {"data.variable_length", C::kWorkload},
       {"data.min_seq_len", C::kWorkload},
       {"data.source", C::kWorkload},
       {"data.dataset_size", C::kWorkload},
+      {"data.feature_scale", C::kWorkload},  // the features' units: what the data is
+      // The pipeline standardising the features before the model sees them
+      // (the data stays what it is).
+      {"data.normalize", C::kOperational},
       {"data.num_workers", C::kOperational},
       {"data.prefetch_depth", C::kOperational},
       {"data.sampler", C::kOperational},
-      {"data.drop_last", C::kOperational},  // the sampler's (DistributedSampler) setting
+      {"data.drop_last", C::kOperational},          // the sampler's (DistributedSampler) setting
       {"data.sample_latency_ms", C::kEnvironment},  // what the storage is
       {"optim", C::kWorkload},
       // Where the optimiser's state lives (ZeRO-1 partitions it across the

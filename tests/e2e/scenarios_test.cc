@@ -56,6 +56,7 @@ const std::vector<Case> kCases = {
     {"monday-changes", 83, {"padding-waste", "straggler"}},
     // Batch size and precision.
     {"mixed-precision-rollout", 91, {"fp16-overflow"}},
+    {"v100-pool", 119, {"fp16-overflow"}},
     {"platform-launcher", 93, {"lr-divergence"}},
     {"cluster-move", 117, {"lr-divergence"}},
     {"shared-training-loop", 95, {"grad-accumulation-bug"}},
@@ -181,7 +182,8 @@ std::string AutopilotTest::ReadEverySurface(const Case& k, const std::string& id
     for (const auto& args :
          std::vector<std::vector<std::string>>{{"probe", "allreduce", "--max", "64K"},
                                                {"probe", "p2p", "--max", "64K", "--iters", "3"},
-                                               {"probe", "checksum"}}) {
+                                               {"probe", "checksum"},
+                                               {"probe", "activations"}}) {
       auto a = args;
       a.insert(a.end(), {"--session", id});
       EXPECT_EQ(Cli(a, &out), 0) << out;

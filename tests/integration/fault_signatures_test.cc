@@ -298,6 +298,54 @@ double MeanLoss(const std::vector<RankResult>& run, size_t a, size_t b) {
   return sum;
 }
 
+// The dynamic variant: GradScaler's defaults, and raw features a LayerNorm
+// MLP trains on in fp32. In fp16 the features past 65504 are inf before
+// any scale applies: the loss is never finite, every step is skipped and
+// the scale halves on each. The first layer kept in fp32, or the features
+// normalised, and the job learns as the fp32 one does.
+TEST(FaultSignature, RawFeaturesOverflowFp16BeforeAnyScaleAndTheFirstLayerInFp32Trains) {
+  v1::JobSpec job = SmallJob(2);
+  job.set_steps(40);
+  job.mutable_model()->set_norm("layer");
+  job.mutable_data()->set_feature_scale(30000);
+  job.mutable_optim()->set_kind("adamw");
+  job.mutable_optim()->set_lr(0.001);
+  job.mutable_optim()->set_momentum(0);
+  v1::ResolvedFault f = Fault("fp16_overflow");
+  f.mutable_fp16_overflow()->set_loss_scale("dynamic");
+  v1::JobSpec deployed = job;
+  faults::ApplyFaultsToJob({f}, &deployed);
+  ASSERT_EQ(deployed.precision(), "fp16");
+  ASSERT_EQ(deployed.loss_scale().mode(), "dynamic");
+  v1::JobSpec kept = deployed, normalised = deployed;
+  kept.mutable_model()->set_keep_fp32("layers.0");
+  normalised.mutable_data()->set_normalize(true);
+  const auto healthy = RunJob(job, {});
+  const auto faulty = RunJob(deployed, {});
+  const auto fixed = RunJob(kept, {});
+  const auto norm = RunJob(normalised, {});
+  for (const auto* run : {&healthy, &faulty, &fixed, &norm}) ExpectAllOk(*run);
+  const double h0 = MeanLoss(healthy, 0, 5), h1 = MeanLoss(healthy, 35, 40);
+  EXPECT_LT(h1, 0.8 * h0) << "fp32 learns on the raw features (LayerNorm after the first layer)";
+  EXPECT_LT(std::abs(MeanLoss(norm, 35, 40) - h1), 0.1 * h1) << "as it does on standardised ones";
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    float scale = 65536;  // GradScaler's start, halved on every skipped step
+    for (const auto& s : faulty[r].reports) {
+      EXPECT_FALSE(std::isfinite(s.loss())) << "step " << s.step();
+      EXPECT_TRUE(s.skipped()) << "step " << s.step();
+      EXPECT_EQ(s.loss_scale(), scale * 0.5f) << "step " << s.step();
+      scale *= 0.5f;
+    }
+    EXPECT_EQ(faulty[r].reports.back().skipped_total(), 40);
+    for (const auto& s : fixed[r].reports) EXPECT_TRUE(std::isfinite(s.loss())) << "step " << s.step();
+    EXPECT_LE(fixed[r].reports.back().skipped_total(), 8)
+        << "a few back-offs of the gradients' own scale at most";
+  }
+  EXPECT_LT(MeanLoss(fixed, 35, 40), 1.3 * h1) << "the first layer in fp32 learns as the fp32 job does";
+  EXPECT_LT(MeanLoss(norm, 35, 40), 1.3 * h1) << "so do normalised features";
+}
+
 // The highest loss over steps 1..n-1, relative to step 0's.
 double EarlyPeak(const std::vector<RankResult>& run, size_t n) {
   double peak = 0;

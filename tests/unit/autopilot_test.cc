@@ -61,6 +61,60 @@ TEST(Autopilot, AnOptimiserThatSkipsMostStepsIsNotTrainingHoweverFastItRuns) {
   EXPECT_FALSE(Reason(st).found);
 }
 
+// GradScaler's own scale came down on every step and still nothing fit:
+// the overflow is in the forward pass. `probe activations` names the layer.
+TEST(Autopilot, ADynamicScaleThatNeverFitsIsAForwardOverflowAndTheFirstInfNamesTheLayer) {
+  auto st = Job(0.2, 3, 6, 1);
+  st.mutable_job()->set_precision("fp16");
+  st.mutable_job()->mutable_loss_scale()->set_mode("dynamic");
+  for (auto& r : *st.mutable_ranks()) {
+    r.set_step(79);
+    r.set_skipped_total(80);
+    r.set_loss_scale(std::ldexp(1.0, 16 - 80));
+  }
+  const auto all = ReasonAll(st);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].cause, "fp16-overflow");
+  EXPECT_TRUE(all[0].needs_activations);
+  EXPECT_EQ(all[0].fix.settings_size(), 0) << "no fix before the probe says where";
+
+  v1::RunProbeResponse acts;
+  acts.set_world_size(4);
+  auto point = [&](const std::string& name, const std::string& dtype, double max, int64_t inf, int64_t nan,
+                   int ranks) {
+    auto* a = acts.add_activations();
+    a->set_name(name);
+    a->set_dtype(dtype);
+    a->set_abs_max(max);
+    a->set_inf(inf);
+    a->set_nan(nan);
+    a->set_ranks_nonfinite(ranks);
+  };
+  point("input", "float32", 4.1e5, 0, 0, 0);
+  point("layers.0.linear", "float16", 6.1e4, 0, 2048, 4);
+  point("layers.0.norm", "float16", 0, 0, 32768, 4);
+  point("loss", "float32", 0, 0, 4, 4);
+  const AutopilotFinding f = ReasonActivations(all[0], acts);
+  ASSERT_TRUE(f.found) << f.evidence;
+  ASSERT_EQ(f.fix.settings_size(), 1);
+  EXPECT_EQ(f.fix.settings(0).key(), "model.keep_fp32");
+  EXPECT_EQ(f.fix.settings(0).value(), "layers.0");
+  EXPECT_NE(f.evidence.find("layers.0.linear (float16: 0 inf, 2048 NaN, on 4 of 4 ranks)"), std::string::npos)
+      << f.evidence;
+  EXPECT_NE(f.evidence.find("beyond fp16's 65504"), std::string::npos) << f.evidence;
+
+  // Non-finite only at the loss: no layer to keep in fp32.
+  v1::RunProbeResponse only_loss;
+  only_loss.set_world_size(4);
+  *only_loss.add_activations() = acts.activations(0);
+  *only_loss.add_activations() = acts.activations(3);
+  EXPECT_FALSE(ReasonActivations(all[0], only_loss).found);
+  // Nothing non-finite: nothing to keep either.
+  v1::RunProbeResponse clean;
+  *clean.add_activations() = acts.activations(0);
+  EXPECT_FALSE(ReasonActivations(all[0], clean).found);
+}
+
 // A run's metrics: every rank with loss(step) and the learning rate lr.
 v1::MetricsResponse Curve(int steps, double lr, double (*loss)(int), int stride = 1) {
   v1::MetricsResponse m;

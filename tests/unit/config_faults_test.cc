@@ -109,6 +109,35 @@ TEST(ConfigFaults, Fp16OverflowDeploysFp16WithAStaticScaleAndNothingElse) {
   EXPECT_EQ(job.DebugString(), want.DebugString());
 }
 
+TEST(ConfigFaults, Fp16OverflowsDynamicVariantDeploysGradScalersDefaults) {
+  const FaultKind* k = FindFaultKind("fp16_overflow");
+  ASSERT_NE(k, nullptr);
+  v1::FaultSpec f = Spec("fp16_overflow");
+  f.mutable_fp16_overflow()->set_loss_scale("dynamic");
+  EXPECT_TRUE(k->validate(f).ok()) << k->validate(f).message();
+  f.mutable_fp16_overflow()->set_init_scale(16777216);
+  EXPECT_NE(k->validate(f).message().find("leave it out"), std::string::npos) << k->validate(f).message();
+  f.mutable_fp16_overflow()->set_init_scale(0);
+  f.mutable_fp16_overflow()->set_loss_scale("sometimes");
+  EXPECT_NE(k->validate(f).message().find("params.loss_scale"), std::string::npos)
+      << k->validate(f).message();
+
+  v1::ResolvedFault rf;
+  rf.set_kind("fp16_overflow");
+  rf.mutable_fp16_overflow()->set_loss_scale("dynamic");
+  v1::JobSpec job;
+  job.set_world_size(4);
+  job.set_precision("fp32");
+  job.mutable_loss_scale()->set_init_scale(
+      1024);  // whatever the job had: the deploy's GradScaler() replaces it
+  v1::JobSpec want;
+  want.set_world_size(4);
+  want.set_precision("fp16");
+  want.mutable_loss_scale()->set_mode("dynamic");
+  ApplyFaultsToJob({rf}, &job);
+  EXPECT_EQ(job.DebugString(), want.DebugString());
+}
+
 TEST(ConfigFaults, LrRuleSetsTheRuleTheReferenceAndTheWarmUpAndNothingElse) {
   const FaultKind* k = FindFaultKind("lr_rule");
   ASSERT_NE(k, nullptr);

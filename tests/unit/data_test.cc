@@ -137,6 +137,29 @@ TEST(Data, MlpBatchesUnchangedAcrossWorkers) {
   EXPECT_FALSE(a[0].mask.defined());
 }
 
+// Raw units: every feature multiplied by the scale; the labels are the
+// unscaled features' (the same task), and a normalising pipeline hands the
+// model exactly the unscaled features.
+TEST(Data, RawFeatureUnitsScaleTheFeaturesAndNormalizeUndoesThem) {
+  DataOptions o;
+  o.batch_size = 64;
+  o.input_dim = 32;
+  o.num_classes = 10;
+  DataOptions raw = o;
+  raw.feature_scale = 30000;
+  DataOptions normalised = raw;
+  normalised.normalize = true;
+  DataLoader plain(o, 0), scaled(raw, 0), standard(normalised, 0);
+  auto a = Take(plain, 3), b = Take(scaled, 3), c = Take(standard, 3);
+  for (size_t i = 0; i < a.size(); ++i) {
+    ExpectSame(a[i], c[i]);
+    EXPECT_TRUE(at::equal(a[i].y, b[i].y)) << "the labels are the unscaled features'";
+    EXPECT_TRUE(at::equal(b[i].x, a[i].x * 30000.0f));
+  }
+  raw.feature_scale = 0.5;
+  EXPECT_NE(ValidateDataOptions(raw).message().find("data.feature_scale"), std::string::npos);
+}
+
 TEST(Data, RanksSeeDisjointShards) {
   DataOptions o = TokenOpts();
   o.world_size = 4;

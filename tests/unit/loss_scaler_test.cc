@@ -96,6 +96,29 @@ TEST(LossScaler, ConsecutiveInfsHalveEachTime) {
   EXPECT_EQ(s.scale(), 64.0);
 }
 
+// GradScaler has no floor: a forward pass that overflows on every step
+// halves the fp32 scale past its smallest subnormal (2^-149, 165 steps from
+// 2^16) to exactly 0, where it stays; and that state saves and loads.
+TEST(LossScaler, BackingOffOnEveryStepReachesZeroAndStaysThere) {
+  auto s = Make("dynamic");
+  for (int k = 1; k <= 165; ++k) s.Update(true);
+  EXPECT_EQ(s.scale(), std::ldexp(1.0, -149));
+  s.Update(true);
+  EXPECT_EQ(s.scale(), 0.0);
+  EXPECT_TRUE(std::isinf(s.inv_scale()));
+  for (int k = 0; k < 10; ++k) s.Update(true);
+  EXPECT_EQ(s.scale(), 0.0);
+  EXPECT_EQ(s.skipped_total(), 176);
+  auto t = Make("dynamic");
+  LossScaler::State zero;
+  zero.scale = 0;
+  zero.skipped_total = 176;
+  EXPECT_TRUE(t.set_state(zero).ok());
+  EXPECT_EQ(t.scale(), 0.0);
+  zero.scale = -1;
+  EXPECT_FALSE(t.set_state(zero).ok());
+}
+
 // PyTorch's test_grad_scaling_update_scale, step for step: growth 2.0,
 // backoff 0.25, interval 2, scale 4.0.
 TEST(LossScaler, MatchesPyTorchUpdateScaleTest) {

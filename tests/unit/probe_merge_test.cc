@@ -29,7 +29,8 @@ TEST(ProbeSpec, DefaultsAreAllReducePerfsUsualSweep) {
 
 TEST(ProbeSpec, BadRequestsNameTheFlag) {
   EXPECT_EQ(NormalizeProbeSpec(Op("alltoall")).status().message(),
-            "probe: unknown op 'alltoall'; known: allreduce, allgather, reducescatter, p2p, checksum, resume");
+            "probe: unknown op 'alltoall'; known: allreduce, allgather, reducescatter, p2p, checksum, "
+            "resume, activations");
   v1::ProbeSpec s = Op("allreduce");
   s.set_min_bytes(1 << 20);
   s.set_max_bytes(1 << 10);
@@ -141,6 +142,45 @@ TEST(ProbeChecksum, TakesNoSizesAndListsEveryTensorsHashByRank) {
   EXPECT_EQ(m->checksums(1).sha256(2), "b-other");
   EXPECT_EQ(m->checksums(1).sha256(0), "b-same");
   EXPECT_EQ(m->checksums(1).distinct(), 2);
+}
+
+TEST(ProbeActivations, TakesNoSizesAndMergesEachPointOverRanks) {
+  auto spec = NormalizeProbeSpec(Op("activations"));
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  v1::ProbeSpec sized = Op("activations");
+  sized.set_iters(3);
+  EXPECT_NE(NormalizeProbeSpec(sized).status().message().find("takes no sizes"), std::string::npos);
+  std::vector<v1::ProbeReport> reports(2);
+  for (int r = 0; r < 2; ++r) {
+    reports[r].set_rank(r);
+    reports[r].set_step(12);
+    auto* in = reports[r].add_activations();
+    in->set_name("input");
+    in->set_dtype("float32");
+    in->set_numel(100);
+    in->set_abs_max(r == 0 ? 10 : 20);
+    in->set_abs_min(r == 0 ? 0.5 : 0.25);
+    auto* out = reports[r].add_activations();
+    out->set_name("layers.0.linear");
+    out->set_dtype("float16");
+    out->set_numel(200);
+    out->set_abs_max(60000);
+    out->set_inf(r == 1 ? 3 : 0);
+  }
+  auto m = MergeProbeReports(*spec, 2, reports);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(m->activations_size(), 2);
+  EXPECT_EQ(m->activations(0).name(), "input");
+  EXPECT_EQ(m->activations(0).numel(), 200);
+  EXPECT_EQ(m->activations(0).abs_max(), 20);
+  EXPECT_EQ(m->activations(0).abs_min(), 0.25);
+  EXPECT_EQ(m->activations(0).ranks_nonfinite(), 0);
+  EXPECT_EQ(m->activations(1).dtype(), "float16");
+  EXPECT_EQ(m->activations(1).inf(), 3);
+  EXPECT_EQ(m->activations(1).ranks_nonfinite(), 1);
+  reports[1].mutable_activations(1)->set_name("layers.1.linear");
+  EXPECT_NE(MergeProbeReports(*spec, 2, reports).status().message().find("rank 1 ran other points"),
+            std::string::npos);
 }
 
 TEST(ProbeChecksum, RanksWithDifferentModelsOrAMissingRankAreErrors) {
