@@ -29,7 +29,7 @@ class MlpModel final : public TrainModel {
     }
     for (size_t i = 0; i < linears_.size(); ++i) {
       const std::string layer = MlpLayerName(static_cast<int>(i), static_cast<int>(linears_.size()) - 1);
-      names_.push_back({layer + ".linear", layer + ".norm", layer});
+      names_.push_back({layer + ".linear", layer + ".norm"});
       keep_fp32_.push_back(keep_fp32.count(layer) > 0);
     }
   }
@@ -54,14 +54,18 @@ class MlpModel final : public TrainModel {
         const auto& b = linears_[i]->bias;
         if (keep_fp32_[i]) {
           // autocast(enabled=False) around the layer: fp32 input, its fp32
-          // parameters, fp32 out; the next layer's op casts it down.
+          // parameters, fp32 out.
           x = at::linear(x.to(at::kFloat), w, b);
           Watch(seam_, names_[i].linear, x);
           if (i < norms_.size()) {
             x = RunOp(SeamOp::kLayerNorm, {x, norms_[i]->weight, norms_[i]->bias}, norms_[i]->options.eps());
             Watch(seam_, names_[i].norm, x);
           }
-          if (hidden) x = Boundary(seam_, RunOp(SeamOp::kRelu, {x}, 0.0));
+          if (hidden) {
+            x = RunOp(SeamOp::kRelu, {x}, 0.0);
+            // The next layer's own op casts it down, unless it is kept too.
+            if (!keep_fp32_[i + 1]) x = Boundary(seam_, x);
+          }
           continue;
         }
         x = Linear(seam_, x, w, b);
@@ -95,7 +99,7 @@ class MlpModel final : public TrainModel {
 
  private:
   struct Names {
-    std::string linear, norm, layer;
+    std::string linear, norm;
   };
   torch::nn::Sequential net_;
   std::vector<torch::nn::LinearImpl*> linears_;

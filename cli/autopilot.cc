@@ -282,7 +282,8 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
         " optimiser steps were skipped for inf/NaN gradients, at a loss scale of " +
         ScaleText(newest->loss_scale()) + " (precision " +
         (job.precision().empty() ? "fp32" : job.precision()) + ", loss_scale.mode " + mode + ")";
-    if (mode == "dynamic") {
+    // An fp16 job that leaves the mode out gets GradScaler's dynamic scale.
+    if (mode == "dynamic" || (mode == "default" && job.precision() == "fp16")) {
       // GradScaler halved the scale on every one of those steps: no scale
       // makes them fit, so the inf is not the scaled gradient's.
       f.evidence = skipped +

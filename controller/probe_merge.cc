@@ -117,6 +117,17 @@ StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int 
     if (!ranked.ok()) return ranked.status();
     const std::vector<const v1::ProbeReport*>& by_rank = *ranked;
     const v1::ProbeReport& first = *by_rank[0];
+    for (int r = 1; r < world; ++r) {
+      const v1::ProbeReport& rep = *by_rank[r];
+      bool same = rep.activations_size() == first.activations_size();
+      for (int i = 0; same && i < first.activations_size(); ++i)
+        same = rep.activations(i).name() == first.activations(i).name() &&
+               rep.activations(i).dtype() == first.activations(i).dtype();
+      if (!same)
+        return Internal("probe activations: rank " + std::to_string(r) + " ran other points than rank 0 (" +
+                        std::to_string(rep.activations_size()) + " against " +
+                        std::to_string(first.activations_size()) + ")");
+    }
     for (int i = 0; i < first.activations_size(); ++i) {
       v1::ActivationStat m = first.activations(i);
       m.set_numel(0);
@@ -125,12 +136,7 @@ StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int 
       m.set_abs_max(0);
       m.set_abs_min(0);
       for (int r = 0; r < world; ++r) {
-        const v1::ProbeReport& rep = *by_rank[r];
-        if (rep.activations_size() != first.activations_size() || rep.activations(i).name() != m.name())
-          return Internal("probe activations: rank " + std::to_string(r) + " ran other points than rank 0 (" +
-                          std::to_string(rep.activations_size()) + " against " +
-                          std::to_string(first.activations_size()) + ")");
-        const v1::ActivationStat& a = rep.activations(i);
+        const v1::ActivationStat& a = by_rank[r]->activations(i);
         m.set_numel(m.numel() + a.numel());
         m.set_inf(m.inf() + a.inf());
         m.set_nan(m.nan() + a.nan());

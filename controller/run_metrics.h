@@ -43,6 +43,7 @@ template <typename Report>
 void WithholdSettings(Report* r) {
   r->clear_lr();
   r->clear_loss_scale();
+  r->clear_loss_scaling();  // whether the healthy job scaled is a setting too
   r->clear_global_batch();
 }
 

@@ -14,7 +14,7 @@
 // The dynamic variant (params.loss_scale: dynamic): the deploy turns on
 // GradScaler's defaults, and the gradients would fit; what does not is an
 // activation. A layer whose input or output passes 65504 (raw features in
-// a job whose healthy precision is bf16, data.feature_scale) becomes inf in
+// a job that trains in fp32, data.feature_scale) becomes inf in
 // the forward pass, before any scale applies: the loss is inf or NaN on
 // every step, every step is skipped, and the scale halves on each one, to
 // 0 after about 165 steps (GradScaler has no floor). Remedies: that layer

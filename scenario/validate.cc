@@ -4,21 +4,22 @@
 #include <google/protobuf/message.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
-#include <set>
 #include <numeric>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/restore_parts.h"
 #include "common/suggest.h"
-#include "scenario/job_keys.h"
-#include "scenario/internal.h"
-#include "scenario/loader.h"
 #include "faults/registry.h"
 #include "faults/targeting.h"
+#include "scenario/internal.h"
+#include "scenario/job_keys.h"
+#include "scenario/loader.h"
 
 namespace firedrill::scenario {
 
@@ -57,10 +58,34 @@ Check Fraction(const std::string& path, double v) {  // [0, 1)
   return v >= 0 && v < 1 ? std::nullopt : Fail(path, Str("must be in [0, 1), got ", v));
 }
 
+// model.keep_fp32: comma-separated mlp layer names, as the agent's model
+// spells them (agent/model.h MlpLayerName): layers.0 .. layers.N-1, head.
+Check CheckKeepFp32(const v1::ModelSpec& m, const std::string& path) {
+  if (m.keep_fp32().empty()) return std::nullopt;
+  if (m.kind() != "mlp")
+    return Fail(path, "names mlp layers (layers.0 .. layers.N-1, head); " + m.kind() +
+                          " runs every layer in the job's precision");
+  std::string known;
+  for (int i = 0; i < m.layers(); ++i) known += "layers." + std::to_string(i) + ", ";
+  known += "head";
+  std::stringstream in(m.keep_fp32());
+  for (std::string name; std::getline(in, name, ',');) {
+    const size_t a = name.find_first_not_of(' '), z = name.find_last_not_of(' ');
+    name = a == std::string::npos ? "" : name.substr(a, z - a + 1);
+    bool found = name == "head";
+    for (int i = 0; i < m.layers() && !found; ++i) found = name == "layers." + std::to_string(i);
+    if (!found)
+      return Fail(path, "no layer '" + name + "' in this mlp; its layers are " + known +
+                            " (comma-separated, as `firedrill probe activations` names them)");
+  }
+  return std::nullopt;
+}
+
 Check CheckModel(const v1::ModelSpec& m, const std::string& p) {
   FD_CHECK(OneOf(Join(p, "kind"), m.kind(), {"mlp", "gpt-tiny"}));
   FD_CHECK(InRange(Join(p, "layers"), m.layers(), 1, 16));
   FD_CHECK(AtLeast(Join(p, "hidden"), m.hidden(), 1));
+  FD_CHECK(CheckKeepFp32(m, Join(p, "keep_fp32")));
   if (m.kind() == "mlp") {
     FD_CHECK(AtLeast(Join(p, "input_dim"), m.input_dim(), 1));
     FD_CHECK(AtLeast(Join(p, "num_classes"), m.num_classes(), 1));
@@ -86,6 +111,14 @@ Check CheckData(const v1::JobSpec& j, const std::string& p) {
   FD_CHECK(AtLeast(Join(p, "dataset_size"), d.dataset_size(), int64_t{0}));
   if (d.dataset_size() > 0 && j.model().kind() != "mlp")
     return Fail(Join(p, "dataset_size"), "applies to the mlp's synthetic data only (gpt-tiny's corpus sets its own size)");
+  if (d.feature_scale() != 0) {
+    if (j.model().kind() != "mlp")
+      return Fail(Join(p, "feature_scale"),
+                  "applies to the mlp's synthetic features only (gpt-tiny reads tokens)");
+    FD_CHECK(InRange(Join(p, "feature_scale"), d.feature_scale(), 1.0, 1e12));
+  }
+  if (d.normalize() && j.model().kind() != "mlp")
+    return Fail(Join(p, "normalize"), "applies to the mlp's synthetic features only (gpt-tiny reads tokens)");
   if (j.model().kind() == "gpt-tiny" && d.min_seq_len() != 0) {
     FD_CHECK(InRange(Join(p, "min_seq_len"), d.min_seq_len(), 1, j.model().seq_len()));
   }

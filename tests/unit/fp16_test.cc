@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "agent/loss_scaler.h"
+#include "agent/model.h"
 #include "agent/precision.h"
 #include "firedrill/v1/scenario.pb.h"
 
@@ -265,6 +266,39 @@ TEST(UnscaleAndCheck, UnscalesInPlaceAndFindsInfNan) {
   EXPECT_EQ(At(grads[0], 1), 1.f);
   std::vector<at::Tensor> clean{torch::full({3}, 2.f)};
   EXPECT_FALSE(UnscaleAndCheck(clean, 0.5));
+}
+
+// model.keep_fp32 on an mlp without norms, in fp16, on inputs past 65504:
+// each kept layer reads its input in fp32, and hands fp32 on to a kept
+// layer after it (autocast(enabled=False) around both); the first layer
+// not kept casts to 2 bytes. Only keeping every layer the large values
+// reach keeps the loss finite.
+TEST(LowPrecision, KeptLayersHandFp32ToTheKeptLayerAfterThem) {
+  v1::ModelSpec spec;
+  spec.set_kind("mlp");
+  spec.set_input_dim(16);
+  spec.set_hidden(32);
+  spec.set_layers(2);
+  spec.set_num_classes(4);
+  Batch batch;
+  batch.x = at::full({8, 16}, 1.0e5);
+  batch.y = at::zeros({8}, at::kLong);
+  auto loss_with = [&](const std::string& keep) {
+    v1::ModelSpec s = spec;
+    s.set_keep_fp32(keep);
+    auto model = CreateModel(s, 7);
+    EXPECT_TRUE(model.ok()) << model.status().message();
+    (*model)->seam() = MakeSeam(kFp16);
+    auto loss = (*model)->Loss(batch);
+    EXPECT_TRUE(loss.ok()) << loss.status().message();
+    return loss->item<double>();
+  };
+  EXPECT_FALSE(std::isfinite(loss_with("")));
+  EXPECT_FALSE(std::isfinite(loss_with("layers.0"))) << "layers.1 gets the 1e5-sized output";
+  EXPECT_TRUE(std::isfinite(loss_with("layers.0,layers.1,head")));
+  v1::ModelSpec missing = spec;
+  missing.set_keep_fp32("layers.2");
+  EXPECT_FALSE(CreateModel(missing, 7).ok());
 }
 
 }  // namespace

@@ -413,6 +413,31 @@ TEST(ApplyJobSetting, InvalidResultIsRolledBack) {
   EXPECT_EQ(job.comm().backend(), "gloo");
 }
 
+TEST(ApplyJobSetting, KeptLayersAndFeatureUnitsAreCheckedBeforeAnyRankStarts) {
+  v1::JobSpec job = GoodJob();
+  ASSERT_EQ(job.model().kind(), "mlp");
+  EXPECT_TRUE(ApplyJobSetting(&job, "model.keep_fp32", "layers.0, head").ok());
+  Status st = ApplyJobSetting(&job, "model.keep_fp32", "layer0");
+  EXPECT_NE(st.message().find("model.keep_fp32: no layer 'layer0' in this mlp; its layers are layers.0"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(job.model().keep_fp32(), "layers.0, head");
+  EXPECT_TRUE(ApplyJobSetting(&job, "data.feature_scale", "30000").ok());
+  EXPECT_NE(ApplyJobSetting(&job, "data.feature_scale", "0.5").message().find("data.feature_scale"),
+            std::string::npos);
+  v1::JobSpec gpt = job;
+  gpt.mutable_model()->set_kind("gpt-tiny");
+  gpt.mutable_model()->set_keep_fp32("");
+  gpt.mutable_data()->set_feature_scale(0);
+  gpt.mutable_model()->set_seq_len(32);
+  gpt.mutable_model()->set_heads(1);
+  ASSERT_TRUE(ValidateJob(gpt, "job").ok()) << ValidateJob(gpt, "job").message();
+  EXPECT_NE(ApplyJobSetting(&gpt, "data.normalize", "true").message().find("mlp's synthetic features only"),
+            std::string::npos);
+  EXPECT_NE(ApplyJobSetting(&gpt, "model.keep_fp32", "head").message().find("runs every layer"),
+            std::string::npos);
+}
+
 TEST(ValidateJob, PrefixesWhere) {
   v1::JobSpec job = GoodJob();
   job.mutable_optim()->set_momentum(1.0);
