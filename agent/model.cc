@@ -4,10 +4,10 @@
 
 #include <cmath>
 #include <set>
-#include <sstream>
 #include <string>
 
 #include "agent/error_text.h"
+#include "scenario/model_layers.h"
 
 namespace firedrill::agent {
 
@@ -28,7 +28,8 @@ class MlpModel final : public TrainModel {
       if (auto* ln = m->as<torch::nn::LayerNorm>()) norms_.push_back(ln);
     }
     for (size_t i = 0; i < linears_.size(); ++i) {
-      const std::string layer = MlpLayerName(static_cast<int>(i), static_cast<int>(linears_.size()) - 1);
+      const std::string layer =
+          scenario::MlpLayerName(static_cast<int>(i), static_cast<int>(linears_.size()) - 1);
       names_.push_back({layer + ".linear", layer + ".norm"});
       keep_fp32_.push_back(keep_fp32.count(layer) > 0);
     }
@@ -149,35 +150,9 @@ int64_t TrainModel::num_parameters() const {
   return n;
 }
 
-std::string MlpLayerName(int i, int hidden_layers) {
-  return i < hidden_layers ? "layers." + std::to_string(i) : "head";
-}
-
-StatusOr<std::set<std::string>> KeepFp32Layers(const v1::ModelSpec& spec) {
-  std::set<std::string> out;
-  if (spec.keep_fp32().empty()) return out;
-  if (spec.kind() != "mlp")
-    return InvalidArgument("model.keep_fp32 names mlp layers (layers.0 .. layers.N-1, head); " + spec.kind() +
-                           " runs every layer in the job's precision");
-  std::string known;
-  for (int i = 0; i <= spec.layers(); ++i)
-    known += (known.empty() ? "" : ", ") + MlpLayerName(i, spec.layers());
-  std::stringstream in(spec.keep_fp32());
-  for (std::string name; std::getline(in, name, ',');) {
-    const size_t a = name.find_first_not_of(' '), z = name.find_last_not_of(' ');
-    name = a == std::string::npos ? "" : name.substr(a, z - a + 1);
-    bool found = false;
-    for (int i = 0; i <= spec.layers() && !found; ++i) found = name == MlpLayerName(i, spec.layers());
-    if (!found)
-      return InvalidArgument("model.keep_fp32: no layer '" + name + "' in this mlp; its layers are " + known +
-                             " (comma-separated, as `firedrill probe activations` names them)");
-    out.insert(name);
-  }
-  return out;
-}
-
 Status ValidateModelSpec(const v1::ModelSpec& spec) {
-  if (auto keep = KeepFp32Layers(spec); !keep.ok()) return keep.status();
+  if (auto keep = scenario::KeepFp32Layers(spec); !keep.ok())
+    return InvalidArgument("model.keep_fp32: " + keep.status().message());
   if (spec.kind() == "gpt-tiny") {
     if (spec.vocab_size() < 0) return InvalidArgument("model.vocab_size must be >= 0 (0 = 256)");
     if (spec.mlp_ratio() < 0) return InvalidArgument("model.mlp_ratio must be >= 0 (0 = 4)");
@@ -254,9 +229,9 @@ StatusOr<std::unique_ptr<TrainModel>> CreateModel(const v1::ModelSpec& spec, uin
   }
   auto net = BuildModel(spec, seed);
   if (!net.ok()) return net.status();
-  auto keep = KeepFp32Layers(spec);
-  if (!keep.ok()) return keep.status();
-  return std::unique_ptr<TrainModel>(new MlpModel(std::move(net).value(), *keep));
+  auto keep = scenario::KeepFp32Layers(spec);  // checked by ValidateModelSpec above
+  return std::unique_ptr<TrainModel>(
+      new MlpModel(std::move(net).value(), keep.ok() ? *keep : std::set<std::string>{}));
 }
 
 }  // namespace firedrill::agent

@@ -17,7 +17,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -30,12 +29,6 @@ namespace firedrill::agent {
 
 // Checks a ModelSpec without building anything.
 Status ValidateModelSpec(const v1::ModelSpec& spec);
-
-// The mlp's layer names, as `probe activations` and model.keep_fp32 spell
-// them: "layers.0" .. "layers.N-1" for the hidden layers, "head" last.
-std::string MlpLayerName(int i, int hidden_layers);
-// model.keep_fp32, parsed and checked against the model's layers.
-StatusOr<std::set<std::string>> KeepFp32Layers(const v1::ModelSpec& spec);
 
 // Builds the mlp with parameters drawn from an explicit generator seeded
 // by `seed` (same distribution as PyTorch's nn.Linear default), so that the

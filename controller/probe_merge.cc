@@ -72,6 +72,20 @@ StatusOr<std::vector<const v1::ProbeReport*>> ByRank(int world, const std::vecto
   return by_rank;
 }
 
+// The first rank whose `count` items are not rank 0's, item by item as
+// `same` compares them (every rank ran the same model); -1 when none.
+template <typename Count, typename Same>
+int FirstUnlikeRankZero(const std::vector<const v1::ProbeReport*>& by_rank, Count count, Same same) {
+  const v1::ProbeReport& first = *by_rank[0];
+  for (int r = 1; r < static_cast<int>(by_rank.size()); ++r) {
+    const v1::ProbeReport& other = *by_rank[r];
+    bool alike = count(other) == count(first);
+    for (int i = 0; alike && i < count(first); ++i) alike = same(other, first, i);
+    if (!alike) return r;
+  }
+  return -1;
+}
+
 }  // namespace
 
 StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int world,
@@ -87,17 +101,17 @@ StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int 
     if (!ranked.ok()) return ranked.status();
     const std::vector<const v1::ProbeReport*>& by_rank = *ranked;
     const v1::ProbeReport& first = *by_rank[0];
-    for (int r = 1; r < world; ++r) {
-      const v1::ProbeReport& other = *by_rank[r];
-      bool same = other.checksums_size() == first.checksums_size();
-      for (int i = 0; same && i < first.checksums_size(); ++i)
-        same = other.checksums(i).name() == first.checksums(i).name() &&
-               other.checksums(i).numel() == first.checksums(i).numel();
-      if (!same)
-        return Internal("probe checksum: rank " + std::to_string(r) + " holds other parameters than rank 0 (" +
-                        std::to_string(other.checksums_size()) + " tensors against " +
-                        std::to_string(first.checksums_size()) + ")");
-    }
+    const int unlike = FirstUnlikeRankZero(
+        by_rank, [](const v1::ProbeReport& p) { return p.checksums_size(); },
+        [](const v1::ProbeReport& a, const v1::ProbeReport& b, int i) {
+          return a.checksums(i).name() == b.checksums(i).name() &&
+                 a.checksums(i).numel() == b.checksums(i).numel();
+        });
+    if (unlike >= 0)
+      return Internal("probe checksum: rank " + std::to_string(unlike) +
+                      " holds other parameters than rank 0 (" +
+                      std::to_string(by_rank[unlike]->checksums_size()) + " tensors against " +
+                      std::to_string(first.checksums_size()) + ")");
     for (int i = 0; i < first.checksums_size(); ++i) {
       v1::ParamChecksums* p = out.add_checksums();
       p->set_name(first.checksums(i).name());
@@ -117,17 +131,17 @@ StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int 
     if (!ranked.ok()) return ranked.status();
     const std::vector<const v1::ProbeReport*>& by_rank = *ranked;
     const v1::ProbeReport& first = *by_rank[0];
-    for (int r = 1; r < world; ++r) {
-      const v1::ProbeReport& rep = *by_rank[r];
-      bool same = rep.activations_size() == first.activations_size();
-      for (int i = 0; same && i < first.activations_size(); ++i)
-        same = rep.activations(i).name() == first.activations(i).name() &&
-               rep.activations(i).dtype() == first.activations(i).dtype();
-      if (!same)
-        return Internal("probe activations: rank " + std::to_string(r) + " ran other points than rank 0 (" +
-                        std::to_string(rep.activations_size()) + " against " +
-                        std::to_string(first.activations_size()) + ")");
-    }
+    const int unlike = FirstUnlikeRankZero(
+        by_rank, [](const v1::ProbeReport& p) { return p.activations_size(); },
+        [](const v1::ProbeReport& a, const v1::ProbeReport& b, int i) {
+          return a.activations(i).name() == b.activations(i).name() &&
+                 a.activations(i).dtype() == b.activations(i).dtype();
+        });
+    if (unlike >= 0)
+      return Internal("probe activations: rank " + std::to_string(unlike) +
+                      " ran other points than rank 0 (" +
+                      std::to_string(by_rank[unlike]->activations_size()) + " against " +
+                      std::to_string(first.activations_size()) + ")");
     for (int i = 0; i < first.activations_size(); ++i) {
       v1::ActivationStat m = first.activations(i);
       m.set_numel(0);

@@ -20,6 +20,7 @@
 #include "scenario/internal.h"
 #include "scenario/job_keys.h"
 #include "scenario/loader.h"
+#include "scenario/model_layers.h"
 
 namespace firedrill::scenario {
 
@@ -58,34 +59,11 @@ Check Fraction(const std::string& path, double v) {  // [0, 1)
   return v >= 0 && v < 1 ? std::nullopt : Fail(path, Str("must be in [0, 1), got ", v));
 }
 
-// model.keep_fp32: comma-separated mlp layer names, as the agent's model
-// spells them (agent/model.h MlpLayerName): layers.0 .. layers.N-1, head.
-Check CheckKeepFp32(const v1::ModelSpec& m, const std::string& path) {
-  if (m.keep_fp32().empty()) return std::nullopt;
-  if (m.kind() != "mlp")
-    return Fail(path, "names mlp layers (layers.0 .. layers.N-1, head); " + m.kind() +
-                          " runs every layer in the job's precision");
-  std::string known;
-  for (int i = 0; i < m.layers(); ++i) known += "layers." + std::to_string(i) + ", ";
-  known += "head";
-  std::stringstream in(m.keep_fp32());
-  for (std::string name; std::getline(in, name, ',');) {
-    const size_t a = name.find_first_not_of(' '), z = name.find_last_not_of(' ');
-    name = a == std::string::npos ? "" : name.substr(a, z - a + 1);
-    bool found = name == "head";
-    for (int i = 0; i < m.layers() && !found; ++i) found = name == "layers." + std::to_string(i);
-    if (!found)
-      return Fail(path, "no layer '" + name + "' in this mlp; its layers are " + known +
-                            " (comma-separated, as `firedrill probe activations` names them)");
-  }
-  return std::nullopt;
-}
-
 Check CheckModel(const v1::ModelSpec& m, const std::string& p) {
   FD_CHECK(OneOf(Join(p, "kind"), m.kind(), {"mlp", "gpt-tiny"}));
   FD_CHECK(InRange(Join(p, "layers"), m.layers(), 1, 16));
   FD_CHECK(AtLeast(Join(p, "hidden"), m.hidden(), 1));
-  FD_CHECK(CheckKeepFp32(m, Join(p, "keep_fp32")));
+  if (auto keep = KeepFp32Layers(m); !keep.ok()) return Fail(Join(p, "keep_fp32"), keep.status().message());
   if (m.kind() == "mlp") {
     FD_CHECK(AtLeast(Join(p, "input_dim"), m.input_dim(), 1));
     FD_CHECK(AtLeast(Join(p, "num_classes"), m.num_classes(), 1));
