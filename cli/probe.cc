@@ -138,17 +138,22 @@ void PrintActivations(const v1::RunProbeResponse& r, std::ostream& out) {
   out << "# largest finite magnitude: float16 65504, bfloat16 and float32 3.4e+38; smallest normal: float16 "
          "6.1e-05 (subnormal down to 6.0e-08), bfloat16 and float32 1.2e-38\n";
   Table t({"POINT", "DTYPE", "NUMEL", "ABS MIN", "ABS MAX", "INF", "NAN", "RANKS WITH INF/NAN"});
-  auto sci = [](double v) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.2e", v);
-    return std::string(b);
-  };
   for (const auto& a : r.activations()) {
+    // No finite element at all: there is no magnitude to show (not 0).
+    const bool none = a.inf() + a.nan() >= a.numel();
+    auto sci = [none](double v) {
+      if (none) return std::string("-");
+      char b[32];
+      std::snprintf(b, sizeof b, "%.2e", v);
+      return std::string(b);
+    };
     t.Add({a.name(), a.dtype(), std::to_string(a.numel()), sci(a.abs_min()), sci(a.abs_max()),
            std::to_string(a.inf()), std::to_string(a.nan()), std::to_string(a.ranks_nonfinite())});
   }
   t.Print(out);
-  out << "# ABS MIN: the smallest non-zero finite magnitude; ABS MAX: the largest finite one\n";
+  out << "# ABS MIN: the smallest non-zero finite magnitude; ABS MAX: the largest finite one (-: no element "
+         "is "
+         "finite)\n";
 }
 
 // The two runs' checkpoints of the same step, part by part.

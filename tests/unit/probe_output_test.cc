@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <sstream>
+#include <vector>
 
 #include "cli/autopilot.h"
 #include "cli/probe.h"
@@ -110,6 +111,55 @@ TEST(ProbeOutput, AutopilotBlamesTheHostWhosePairsAreSlow) {
   EXPECT_NE(f.evidence.find("node-3"), std::string::npos);
   // A uniformly slow fabric is no one host's fault.
   EXPECT_FALSE(ReasonProbes(before, ar, Matrix(4, -1, 0.2, 0.2)).found);
+}
+
+// Each point in forward order with its magnitudes; a point with no finite
+// element shows no magnitude (not 0); no word of a verdict.
+TEST(ProbeOutput, ActivationsShowEachPointAndNoMagnitudeWhereNothingIsFinite) {
+  v1::RunProbeResponse r;
+  r.mutable_spec()->set_op("activations");
+  r.set_world_size(2);
+  r.set_step(12);
+  auto add = [&](const char* name, const char* dtype, double lo, double hi, int64_t inf, int64_t nan) {
+    auto* a = r.add_activations();
+    a->set_name(name);
+    a->set_dtype(dtype);
+    a->set_numel(100);
+    a->set_abs_min(lo);
+    a->set_abs_max(hi);
+    a->set_inf(inf);
+    a->set_nan(nan);
+    a->set_ranks_nonfinite(inf + nan > 0 ? 2 : 0);
+  };
+  add("input", "float32", 0.11, 125000, 0, 0);
+  add("layers.0.linear", "float16", 0, 0, 40, 60);
+  std::ostringstream out;
+  PrintProbe(r, out);
+  const std::string text = out.str();
+  EXPECT_NE(text.find("last batch (step 12)"), std::string::npos) << text;
+  std::istringstream lines(text);
+  std::string input, layer;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("input ", 0) == 0) input = line;
+    if (line.rfind("layers.0.linear ", 0) == 0) layer = line;
+  }
+  auto columns = [](const std::string& line) {
+    std::istringstream in(line);
+    std::vector<std::string> cols;
+    for (std::string c; in >> c;) cols.push_back(c);
+    return cols;
+  };
+  // POINT DTYPE NUMEL "ABS MIN" "ABS MAX" INF NAN RANKS
+  const auto in = columns(input), lay = columns(layer);
+  ASSERT_EQ(in.size(), 8u) << text;
+  ASSERT_EQ(lay.size(), 8u) << text;
+  EXPECT_EQ(in[3], "1.10e-01");
+  EXPECT_EQ(in[4], "1.25e+05");
+  EXPECT_EQ(lay[3], "-");
+  EXPECT_EQ(lay[4], "-");
+  EXPECT_EQ(lay[5], "40");
+  EXPECT_EQ(lay[6], "60");
+  EXPECT_EQ(text.find("overflow"), std::string::npos) << "evidence, not a verdict: " << text;
 }
 
 TEST(ProbeOutput, ChecksumsShowEachRanksShortHashAndHowManyDiffer) {
