@@ -62,15 +62,18 @@ class DrillTest : public ControllerTest {
 // a controller crash: AttackerTest.TheScoreBeforeScoringIsNoOracleAndGuessesArePriced
 // plays that session to its end.
 
-// One session, two ways to get a drill wrong: a bare fix (refused, and the
-// session keeps its one fix), then the right cause on the wrong rank, whose
-// host swap leaves the straggler in place: the same job as "no change".
-TEST_F(DrillTest, AnEmptyFixIsRefusedAndTheWrongRankEarnsNoCulpritPointsAndFailsVerification) {
+// One session, the ways to get a drill wrong without fixing it: a bare fix
+// is refused (and the session keeps its one fix); the right cause on the
+// wrong rank earns no culprit points; and "nothing needs changing", said
+// explicitly on a drill with a fault, fails verification (the answer that
+// scores on the no-fault control must not score here). A healthy host
+// replaced instead is grading_reliability's wrong fix for this drill.
+TEST_F(DrillTest, AnEmptyFixIsRefusedAndTheWrongRankWithNoChangeEarnsNeitherCulpritNorFix) {
   auto [id, culprit] = StartAndFindStraggler(202);
   ASSERT_GE(culprit, 0);
-  v1::ApplyFixRequest empty;  // "restart it as it is", without saying so
-  empty.set_session_id(id);
-  auto refused = c().ApplyFix(empty);
+  v1::ApplyFixRequest fix;  // "restart it as it is", without saying so
+  fix.set_session_id(id);
+  auto refused = c().ApplyFix(fix);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("--no-change"), std::string::npos) << refused.status().message();
@@ -78,15 +81,12 @@ TEST_F(DrillTest, AnEmptyFixIsRefusedAndTheWrongRankEarnsNoCulpritPointsAndFails
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->session().state(), "running") << "a refused fix must not use up the session's fix";
 
-  const int wrong = (culprit + 1) % 4;
   v1::SubmitDiagnosisRequest d;
   d.set_session_id(id);
   d.set_cause("straggler");
-  d.add_culprit_ranks(wrong);
+  d.add_culprit_ranks((culprit + 1) % 4);
   ASSERT_TRUE(c().SubmitDiagnosis(d).ok());
-  v1::ApplyFixRequest fix;
-  fix.set_session_id(id);
-  fix.add_replace_host_ranks(wrong);
+  fix.set_no_change(true);  // said explicitly: nothing needs changing
   auto score = FixAndScore(c(), fix);
   ASSERT_TRUE(score.ok()) << score.status().message();
   EXPECT_TRUE(score->final());
