@@ -1,9 +1,15 @@
 #include "analysis/straggler.h"
 
+#include <algorithm>
+
 #include "common/format.h"
 #include "common/stats.h"
 
 namespace firedrill::analysis {
+
+double BusyMs(const v1::RankStatus& r) {
+  return std::max(0.0, r.step_ms() - r.comm_ms() - r.checkpoint_ms());
+}
 
 int FindStraggler(const v1::SessionStatus& st, double min_ratio, std::string* why) {
   int best = -1;
@@ -11,7 +17,7 @@ int FindStraggler(const v1::SessionStatus& st, double min_ratio, std::string* wh
   std::vector<double> busy;
   for (const auto& r : st.ranks()) {
     if (r.window_steps() == 0) continue;
-    const double b = r.step_ms() - r.comm_ms();
+    const double b = BusyMs(r);
     busy.push_back(b);
     if (b > best_busy) {
       best_busy = b;

@@ -8,8 +8,14 @@
 
 namespace firedrill::analysis {
 
-// The rank whose busy time (step minus all-reduce wait) stands out, or -1 if
-// none is >= min_ratio of the median. `why` gets the evidence in words.
+// A rank's busy time over its window: the step less its exposed all-reduce
+// wait and its checkpoint writes (spread over the window). A rank that
+// writes more of each checkpoint (rank 0 writes the manifest) is not
+// computing slower. Never below 0.
+double BusyMs(const v1::RankStatus& r);
+
+// The rank whose busy time stands out, or -1 if none is >= min_ratio of the
+// median. `why` gets the evidence in words.
 int FindStraggler(const v1::SessionStatus& st, double min_ratio, std::string* why);
 
 }  // namespace firedrill::analysis

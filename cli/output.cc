@@ -201,7 +201,7 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
   for (const auto& r : st.ranks()) window = std::max(window, r.window_steps());
   if (window > 0)
     out << "(phase times in ms, averaged over the last " << window
-        << " steps; BUSY/MED = (step - comm wait) relative to the median rank)\n";
+        << " steps; BUSY/MED = (step - comm wait - CKPT) relative to the median rank)\n";
   else
     out << "(no steps reported yet)\n";
   std::string notes;

@@ -6,6 +6,8 @@
 #include <limits>
 #include <string>
 
+#include "analysis/straggler.h"
+
 namespace firedrill::controller {
 
 void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::RankStatus* out) {
@@ -75,12 +77,12 @@ const std::vector<std::string>& WithheldSettings() {
 void MarkSlowRanks(double slow_ratio, std::vector<v1::RankStatus>* ranks) {
   std::vector<double> busy;
   for (const auto& r : *ranks) {
-    if (r.window_steps() > 0) busy.push_back(r.step_ms() - r.comm_ms());
+    if (r.window_steps() > 0) busy.push_back(analysis::BusyMs(r));
   }
   const double med = Median(busy);
   for (auto& r : *ranks) {
     if (r.window_steps() == 0 || med <= 0) continue;
-    const double ratio = (r.step_ms() - r.comm_ms()) / med;
+    const double ratio = analysis::BusyMs(r) / med;
     r.set_busy_vs_median(ratio);
     r.set_slow(ratio >= slow_ratio);
   }

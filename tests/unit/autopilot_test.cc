@@ -407,6 +407,39 @@ TEST(Autopilot, ABusySpreadThatExplainsNoneOfTheSlowdownIsNoStraggler) {
   EXPECT_EQ(s.ranks, std::vector<int>{2});
 }
 
+// What night-restart seed 107 showed under load (CI, and here beside a
+// one-core burner, 2 of 6 plays): a job 1.22x its baseline, rank 0 busy
+// 1.22x the median, but by its checkpoint writes (rank 0 writes the
+// manifest): its forward+backward is the others'. Not a straggler.
+TEST(Autopilot, ACheckpointWriteOnRankZeroIsNoStraggler) {
+  auto st = Job(0, 0, 0, 0);
+  st.mutable_baseline()->set_median_step_ms(12.9);
+  // The status rows as printed: step, data, forward, backward, comm, optimiser, checkpoint.
+  const double rows[4][7] = {{16.0, 0.0, 0.5, 6.8, 6.2, 0.4, 1.9},
+                             {15.8, 0.0, 0.4, 5.9, 7.8, 0.4, 1.0},
+                             {15.9, 0.0, 0.4, 6.2, 7.9, 0.4, 0.9},
+                             {14.5, 0.5, 0.4, 5.5, 6.7, 0.4, 1.0}};
+  for (int i = 0; i < 4; ++i) {
+    auto* r = st.mutable_ranks(i);
+    r->set_step_ms(rows[i][0]);
+    r->set_data_ms(rows[i][1]);
+    r->set_forward_ms(rows[i][2]);
+    r->set_backward_ms(rows[i][3]);
+    r->set_comm_ms(rows[i][4]);
+    r->set_optim_ms(rows[i][5]);
+    r->set_checkpoint_ms(rows[i][6]);
+  }
+  EXPECT_TRUE(ReasonAll(st).empty()) << Reason(st).evidence;
+  // The same extra time in its backward pass is one.
+  auto* zero = st.mutable_ranks(0);
+  zero->set_backward_ms(7.7);
+  zero->set_checkpoint_ms(1.0);
+  const auto f = Reason(st);
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.cause, "straggler") << f.evidence;
+  EXPECT_EQ(f.ranks, std::vector<int>{0});
+}
+
 TEST(Autopilot, CheckpointWritesThatEatTheStepAreTheCadenceAndYoungSaysHowOften) {
   auto st = Job(0.2, 4, 8, 2);  // 14.7 ms a step
   st.mutable_baseline()->set_median_step_ms(14.7);

@@ -176,6 +176,16 @@ TEST(MarkSlowRanksTest, RanksWithoutDataAreIgnored) {
   EXPECT_DOUBLE_EQ(ranks[3].busy_vs_median(), 0);
 }
 
+TEST(MarkSlowRanksTest, CheckpointWritesAreNotBusyTime) {
+  // Rank 0 writes the manifest: 3 ms more of checkpoint per step, the same
+  // compute. busy = 10 everywhere.
+  std::vector<v1::RankStatus> ranks = {Rank(0, 23, 10), Rank(1, 20, 10), Rank(2, 20, 10), Rank(3, 20, 10)};
+  ranks[0].set_checkpoint_ms(3);
+  MarkSlowRanks(1.2, &ranks);
+  EXPECT_DOUBLE_EQ(ranks[0].busy_vs_median(), 1.0);
+  EXPECT_FALSE(ranks[0].slow());
+}
+
 // --- MeasureWindow ------------------------------------------------------------
 
 // Three ranks, steps 0..9. Inside the window (steps 2..6): rank 0 and 1 take
