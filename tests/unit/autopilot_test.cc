@@ -430,10 +430,15 @@ TEST(Autopilot, ACheckpointWriteOnRankZeroIsNoStraggler) {
     r->set_checkpoint_ms(rows[i][6]);
   }
   EXPECT_TRUE(ReasonAll(st).empty()) << Reason(st).evidence;
-  // The same extra time in its backward pass is one.
+  // Scheduling noise of this size in its backward pass is not one either
+  // (data-audit seed 8401, idle: 1.27x).
   auto* zero = st.mutable_ranks(0);
   zero->set_backward_ms(7.7);
   zero->set_checkpoint_ms(1.0);
+  EXPECT_TRUE(ReasonAll(st).empty()) << Reason(st).evidence;
+  // A backward pass half as long again is (thermal-throttle reads 1.8x and more).
+  zero->set_backward_ms(10.5);
+  zero->set_step_ms(18.8);
   const auto f = Reason(st);
   ASSERT_TRUE(f.found);
   EXPECT_EQ(f.cause, "straggler") << f.evidence;
