@@ -436,7 +436,7 @@ TEST(Autopilot, ACheckpointWriteOnRankZeroIsNoStraggler) {
   zero->set_backward_ms(7.7);
   zero->set_checkpoint_ms(1.0);
   EXPECT_TRUE(ReasonAll(st).empty()) << Reason(st).evidence;
-  // A backward pass half as long again is (thermal-throttle reads 1.8x and more).
+  // A backward pass 1.7x the others' is (thermal-throttle reads 1.8x and more).
   zero->set_backward_ms(10.5);
   zero->set_step_ms(18.8);
   const auto f = Reason(st);
