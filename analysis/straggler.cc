@@ -7,7 +7,7 @@
 
 namespace firedrill::analysis {
 
-double BusyMs(const v1::RankStatus& r) {
+double RankBusyMs(const v1::RankStatus& r) {
   return std::max(0.0, r.step_ms() - r.comm_ms() - r.checkpoint_ms());
 }
 
@@ -17,7 +17,7 @@ int FindStraggler(const v1::SessionStatus& st, double min_ratio, std::string* wh
   std::vector<double> busy;
   for (const auto& r : st.ranks()) {
     if (r.window_steps() == 0) continue;
-    const double b = BusyMs(r);
+    const double b = RankBusyMs(r);
     busy.push_back(b);
     if (b > best_busy) {
       best_busy = b;

@@ -441,7 +441,7 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
   // (thermal-throttle, 1.8x) read 1.83-2.71x, 7.6-14.3 ms over it, on seeds
   // 8401-8405. A straggler is 1.3x the median and 2.5 ms over it.
   std::vector<double> busy;
-  for (const auto* r : live) busy.push_back(analysis::BusyMs(*r));
+  for (const auto* r : live) busy.push_back(analysis::RankBusyMs(*r));
   std::string why;
   // A starved rank is busy waiting for data, not computing: the rule above
   // explained it.
@@ -456,7 +456,7 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
   if (slow >= 0 && base_step > 0) {
     double slow_busy = 0;
     for (const auto* r : live)
-      if (r->rank() == slow) slow_busy = analysis::BusyMs(*r);
+      if (r->rank() == slow) slow_busy = analysis::RankBusyMs(*r);
     const double grew = med_step - base_step;
     if (med_step < 1.15 * base_step || slow_busy - Median(busy) < std::max(2.5, 0.3 * grew)) slow = -1;
   }

@@ -77,12 +77,12 @@ const std::vector<std::string>& WithheldSettings() {
 void MarkSlowRanks(double slow_ratio, std::vector<v1::RankStatus>* ranks) {
   std::vector<double> busy;
   for (const auto& r : *ranks) {
-    if (r.window_steps() > 0) busy.push_back(analysis::BusyMs(r));
+    if (r.window_steps() > 0) busy.push_back(analysis::RankBusyMs(r));
   }
   const double med = Median(busy);
   for (auto& r : *ranks) {
     if (r.window_steps() == 0 || med <= 0) continue;
-    const double ratio = analysis::BusyMs(r) / med;
+    const double ratio = analysis::RankBusyMs(r) / med;
     r.set_busy_vs_median(ratio);
     r.set_slow(ratio >= slow_ratio);
   }
