@@ -1,28 +1,29 @@
 #include "cli/commands.h"
 
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
+#include <condition_variable>
 #include <ctime>
 #include <fstream>
 #include <iostream>
-#include <condition_variable>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
 #include "cli/autopilot.h"
 #include "cli/demo.h"
+#include "cli/exam_commands.h"
+#include "cli/flight_recorder.h"
 #include "cli/local_controller.h"
 #include "cli/metrics.h"
 #include "cli/node.h"
 #include "cli/output.h"
-#include "cli/flight_recorder.h"
 #include "cli/probe.h"
-#include "cli/trace.h"
 #include "cli/scenario_tools.h"
+#include "cli/trace.h"
 #include "common/paths.h"
 #include "common/suggest.h"
 
@@ -268,6 +269,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   scen_coverage->add_option("--dir", scen_dir, "scenario directory")->capture_default_str();
   scen_coverage->add_option("--skills", skills_file, "skill-atom table (Markdown)")->capture_default_str();
   auto* sessions = app.add_subcommand("sessions", "list sessions, including finished ones");
+  auto exam_cmds = AddExamCommands(app);
   auto* causes_cmd = app.add_subcommand("causes", "the causes a diagnosis may name, with their meaning");
 
   std::string scenario;
@@ -426,6 +428,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (down->parsed()) return CmdDown(ctx);
   if (scen_validate->parsed()) return RunScenarioValidate(ctx, scen_files, skills_file);
   if (scen_coverage->parsed()) return RunScenarioCoverage(ctx, scen_dir, skills_file);
+  if (auto code = RunExamCommand(*exam_cmds, ctx)) return *code;
 
   DrillClient client(ctx.controller);
   if (demo->parsed()) return RunDemo(ctx, demo_scenario, seed);

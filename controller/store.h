@@ -10,7 +10,10 @@
 #include <vector>
 
 #include "common/status.h"
+#include "controller/exam/audit_chain.h"
+#include "controller/exam/tokens.h"
 #include "firedrill/v1/controller.pb.h"
+#include "firedrill/v1/exam.pb.h"
 #include "firedrill/v1/store.pb.h"
 
 struct sqlite3;
@@ -50,6 +53,33 @@ class Store {
 
   Status SaveScore(const v1::ScoreReport& report, int64_t unix_ms);
   StatusOr<std::optional<v1::ScoreReport>> LoadScore(const std::string& session_id);
+
+  // --- exams, tokens and the audit trail (store_exam.cc) ---
+
+  // Insert or replace the grant of a token's digest (the token itself is
+  // never stored).
+  Status SaveGrant(const std::string& digest, const Grant& grant);
+  StatusOr<std::vector<std::pair<std::string, Grant>>> LoadGrants();
+
+  struct StoredExam {
+    v1::ExamSpec spec;
+    // The key of its candidates' variants (32 random bytes or more). Stored
+    // as is: the controller needs it, and whoever reads the database reads
+    // the answer keys too (README: who can learn what).
+    std::string secret;
+    int64_t created_unix_ms = 0;
+  };
+  // AlreadyExists when an exam of that id is stored.
+  Status AddExam(const v1::ExamSpec& spec, const std::string& secret, int64_t unix_ms);
+  StatusOr<std::vector<StoredExam>> LoadExams();
+
+  // Appends a record to the audit trail `scope` (an exam's id), chained on
+  // that trail's last record, in one transaction: concurrent appends cannot
+  // fork the chain.
+  StatusOr<AuditRecord> AppendAudit(const std::string& scope, int64_t unix_ms, const std::string& actor,
+                                    const std::string& action, const std::string& args_json);
+  // The trail `scope`, oldest first.
+  StatusOr<std::vector<AuditRecord>> LoadAudit(const std::string& scope);
 
   const std::string& path() const { return path_; }
 

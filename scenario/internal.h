@@ -5,13 +5,16 @@
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "firedrill/v1/scenario.pb.h"
 
 namespace firedrill::scenario::scenario_internal {
@@ -66,6 +69,19 @@ std::optional<int64_t> ParseInt(const std::string& s, int64_t lo, int64_t hi);
 // was expected on failure, e.g. "expected an integer, got 'abc'".
 std::optional<std::string> SetScalar(google::protobuf::Message* msg,
                                      const google::protobuf::FieldDescriptor* f, const std::string& text);
+
+// --- YAML -> protobuf (loader.cc; scenario and exam files alike) ------
+
+// Maps a YAML file's text onto `msg` by field name: unknown and duplicate
+// keys, wrong types and enum values are errors at file:line:column. `what`
+// names the file in messages ("scenario file"). `marks` receives each
+// dotted path's position, for LocateProblem.
+Status MapYamlText(const std::string& yaml_text, const std::string& filename, const std::string& what,
+                   google::protobuf::Message* msg, std::map<std::string, YAML::Mark>* marks);
+// A semantic problem as InvalidArgument at the position of its path (or of
+// the nearest enclosing node the file has).
+Status LocateProblem(const std::string& filename, const std::map<std::string, YAML::Mark>& marks,
+                     const Problem& p);
 
 // --- semantic checks (validate.cc) -----------------------------------
 

@@ -138,7 +138,10 @@ namespace {
 // --- YAML -> protobuf --------------------------------------------------------
 
 // Fields whose values the loader fills in itself.
-bool Hidden(const FD* f) { return f->full_name() == "firedrill.v1.Scenario.source_file"; }
+bool Hidden(const FD* f) {
+  return f->full_name() == "firedrill.v1.Scenario.source_file" ||
+         f->full_name() == "firedrill.v1.ExamSpec.source_file";
+}
 
 // A message with `string kind` and a oneof `params` takes its parameters
 // under the single YAML key `params`, routed to the oneof member named by kind.
@@ -324,7 +327,10 @@ class Mapper {
 
 }  // namespace
 
-StatusOr<v1::Scenario> ParseScenario(const std::string& yaml_text, const std::string& filename) {
+namespace scenario_internal {
+
+Status MapYamlText(const std::string& yaml_text, const std::string& filename, const std::string& what,
+                   pb::Message* msg, std::map<std::string, YAML::Mark>* marks) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -332,30 +338,42 @@ StatusOr<v1::Scenario> ParseScenario(const std::string& yaml_text, const std::st
     return InvalidArgument(Where(filename, e.mark) + ": YAML syntax error: " + e.msg);
   }
   if (!root.IsMap()) {
-    if (root.IsNull()) return InvalidArgument(filename + ": the scenario file is empty");
+    if (root.IsNull()) return InvalidArgument(filename + ": the " + what + " is empty");
     return InvalidArgument(Where(filename, root.Mark()) + ": expected a mapping at the top level, got " +
                            Describe(root));
   }
-  v1::Scenario s;
   Mapper mapper(filename);
   try {
-    FD_RETURN_IF_ERROR(mapper.Message(root, &s, ""));
+    FD_RETURN_IF_ERROR(mapper.Message(root, msg, ""));
   } catch (const YAML::Exception& e) {  // defensive: the mapper only reads nodes
     return InvalidArgument(Where(filename, e.mark) + ": " + e.msg);
   }
-  s.set_source_file(filename);
-  if (Check p = CheckScenario(s)) {
-    // Point at the offending node, or at the nearest enclosing one that exists
-    // in the file (a missing key is reported at its parent mapping).
-    std::string at = p->locate.empty() ? p->path : p->locate;
-    if (!mapper.marks().count(at)) at = p->path;
-    while (!at.empty() && !mapper.marks().count(at)) {
-      const std::size_t cut = at.find_last_of(".[");
-      at = cut == std::string::npos ? "" : at.substr(0, cut);
-    }
-    const std::string where = at.empty() ? filename : Where(filename, mapper.marks().at(at));
-    return InvalidArgument(FormatProblem(where, *p));
+  *marks = mapper.marks();
+  return Status::Ok();
+}
+
+Status LocateProblem(const std::string& filename, const std::map<std::string, YAML::Mark>& marks,
+                     const Problem& p) {
+  // Point at the offending node, or at the nearest enclosing one that exists
+  // in the file (a missing key is reported at its parent mapping).
+  std::string at = p.locate.empty() ? p.path : p.locate;
+  if (!marks.count(at)) at = p.path;
+  while (!at.empty() && !marks.count(at)) {
+    const std::size_t cut = at.find_last_of(".[");
+    at = cut == std::string::npos ? "" : at.substr(0, cut);
   }
+  const std::string where = at.empty() ? filename : Where(filename, marks.at(at));
+  return InvalidArgument(FormatProblem(where, p));
+}
+
+}  // namespace scenario_internal
+
+StatusOr<v1::Scenario> ParseScenario(const std::string& yaml_text, const std::string& filename) {
+  v1::Scenario s;
+  std::map<std::string, YAML::Mark> marks;
+  FD_RETURN_IF_ERROR(MapYamlText(yaml_text, filename, "scenario file", &s, &marks));
+  s.set_source_file(filename);
+  if (Check p = CheckScenario(s)) return LocateProblem(filename, marks, *p);
   return s;
 }
 

@@ -15,6 +15,8 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -602,6 +604,94 @@ TEST_F(StoreTest, ConcurrentCallsFromManyThreadsAreAllKept) {
   auto events = store->LoadEvents("s-1", -1);
   ASSERT_TRUE(events.ok());
   EXPECT_EQ(events->size(), static_cast<size_t>(kThreads * kPerThread));
+}
+
+TEST_F(StoreTest, GrantsKeepTheirDigestAndRolesAcrossAReopen) {
+  {
+    auto store = OpenStore();
+    ASSERT_TRUE(store);
+    ASSERT_TRUE(store->SaveGrant("d1", {"ada", kRoleCandidate, "infra", "", 5, false}).ok());
+    ASSERT_TRUE(store->SaveGrant("d2", {"lee", kRoleProctor | kRoleInstructor, "", "", 6, false}).ok());
+    ASSERT_TRUE(store->SaveGrant("d1", {"ada", kRoleCandidate, "infra", "", 5, true}).ok());  // revoked
+  }
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  auto grants = store->LoadGrants();
+  ASSERT_TRUE(grants.ok()) << grants.status().ToString();
+  ASSERT_EQ(grants->size(), 2u);
+  std::map<std::string, Grant> by(grants->begin(), grants->end());
+  EXPECT_TRUE(by["d1"].revoked);
+  EXPECT_EQ(by["d1"].exam_id, "infra");
+  EXPECT_EQ(by["d2"].roles, kRoleProctor | kRoleInstructor);
+}
+
+TEST_F(StoreTest, TheDatabaseHoldsATokensDigestNeverTheToken) {
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  TokenBook book;
+  std::string digest;
+  const std::string token = book.Issue({"ada", kRoleCandidate, "infra", "", 5, false}, &digest);
+  ASSERT_TRUE(store->SaveGrant(digest, *book.Find(token)).ok());
+  store.reset();
+  std::ifstream in(path_, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes.find(token.substr(4)), std::string::npos);  // its random part
+  EXPECT_NE(bytes.find(digest), std::string::npos);
+}
+
+TEST_F(StoreTest, AnExamIdIsTakenOnce) {
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  v1::ExamSpec spec;
+  spec.set_id("infra");
+  spec.set_pass_mark(66);
+  spec.add_items()->set_scenario("epoch-end-hang");
+  ASSERT_TRUE(store->AddExam(spec, std::string(32, '\x01'), 10).ok());
+  Status again = store->AddExam(spec, std::string(32, '\x02'), 11);
+  EXPECT_EQ(again.code(), StatusCode::kAlreadyExists) << again.ToString();
+  auto exams = store->LoadExams();
+  ASSERT_TRUE(exams.ok());
+  ASSERT_EQ(exams->size(), 1u);
+  EXPECT_EQ((*exams)[0].secret, std::string(32, '\x01'));
+  EXPECT_TRUE(MessageDifferencer::Equals((*exams)[0].spec, spec));
+}
+
+TEST_F(StoreTest, ConcurrentAuditAppendsMakeOneChainPerScope) {
+  auto store = OpenStore();
+  ASSERT_TRUE(store);
+  constexpr int kThreads = 4, kPerThread = 25;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const std::string scope = i % 2 ? "exam-a" : "exam-b";
+        auto r = store->AppendAudit(scope, 1000 + i, "candidate:" + std::to_string(t), "RunProbe",
+                                    "{\"i\":" + std::to_string(i) + "}");
+        if (!r.ok()) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  int total = 0;
+  for (const char* scope : {"exam-a", "exam-b"}) {
+    auto trail = store->LoadAudit(scope);
+    ASSERT_TRUE(trail.ok());
+    auto head = VerifyAuditText(AuditText(*trail), scope);
+    ASSERT_TRUE(head.ok()) << head.status().ToString();
+    EXPECT_EQ(head->count, static_cast<int64_t>(trail->size()));
+    total += static_cast<int>(trail->size());
+  }
+  EXPECT_EQ(total, kThreads * kPerThread);
+  // An edited row shows in the export.
+  RawDb raw(path_);
+  raw.Exec("UPDATE audit SET action = 'Hint' WHERE scope = 'exam-a' AND seq = 3");
+  auto trail = store->LoadAudit("exam-a");
+  ASSERT_TRUE(trail.ok());
+  auto head = VerifyAuditText(AuditText(*trail), "exam-a");
+  ASSERT_FALSE(head.ok());
+  EXPECT_NE(head.status().message().find("exam-a:3:"), std::string::npos) << head.status().message();
 }
 
 }  // namespace
