@@ -67,6 +67,12 @@ TEST(ExamFile, AGoodFileReadsWithItsPoolsResolvedAndSorted) {
   EXPECT_EQ(ExamPoints(*e), 250);
 }
 
+TEST(ExamFile, TheShippedExampleChecks) {
+  auto e = LoadExamFile(std::string(FIREDRILL_SOURCE_DIR) + "/exams/practical.yaml", Catalogue());
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->items_size(), 3);
+}
+
 TEST(ExamFile, AnUnknownKeyIsNamedAtItsLine) {
   const std::string m = ErrorOf(Replace(kGood, "retakes: 1", "retake: 1"));
   EXPECT_NE(m.find("exam.yaml:6:1"), std::string::npos) << m;
