@@ -26,6 +26,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -310,6 +311,7 @@ std::vector<Trial> ReadTrials(const std::string& path) {
     t.ratio = j.value("ratio", 0.0);
     t.skew = j.value("skew", 0.0);
     t.loss_ratio = j.value("loss_ratio", 0.0);
+    if (t.loss_ratio >= 1e308) t.loss_ratio = std::numeric_limits<double>::infinity();  // as written: JSON has no inf
     t.fix_points = j.value("fix_points", 0);
     t.total = j.value("total", 0);
     t.seconds = j.value("seconds", 0.0);
