@@ -1,16 +1,9 @@
 #include "controller/agent_pool.h"
 
-#include <openssl/crypto.h>
-
 #include "common/log.h"
+#include "controller/exam/crypto.h"
 
 namespace firedrill::controller {
-
-namespace {
-bool SameSecret(const std::string& a, const std::string& b) {
-  return !a.empty() && a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
-}  // namespace
 
 void AgentPool::SetPoolToken(std::string token) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -1,14 +1,14 @@
 #include "controller/draws.h"
 
 #include <fcntl.h>
-#include <openssl/hmac.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <random>
+
+#include "controller/exam/crypto.h"
 
 namespace firedrill::controller {
 
@@ -18,13 +18,7 @@ StatusOr<std::string> LoadOrCreateDrawKey(const std::string& path) {
     std::string key;
     if (std::getline(in, key) && key.size() == 64) return key;
   }
-  std::random_device rd;
-  std::string key;
-  char buf[3];
-  for (int i = 0; i < 32; ++i) {
-    std::snprintf(buf, sizeof(buf), "%02x", static_cast<unsigned>(rd() & 0xff));
-    key += buf;
-  }
+  const std::string key = HexEncode(RandomBytes(32));
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return FailedPrecondition("cannot write the draw key " + path + ": " + std::strerror(errno));
   const std::string line = key + "\n";
@@ -35,13 +29,9 @@ StatusOr<std::string> LoadOrCreateDrawKey(const std::string& path) {
 }
 
 uint64_t DrawSeed(const std::string& key, int64_t seed) {
-  const std::string msg = "firedrill draw seed " + std::to_string(seed);
-  unsigned char mac[32];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(msg.data()),
-       msg.size(), mac, &len);
+  const std::string mac = HmacSha256(key, "firedrill draw seed " + std::to_string(seed));
   uint64_t out = 0;
-  for (int i = 0; i < 8; ++i) out = (out << 8) | mac[i];
+  for (int i = 0; i < 8; ++i) out = (out << 8) | static_cast<unsigned char>(mac[i]);
   return out;
 }
 
