@@ -41,12 +41,26 @@ bool NamesRank(const std::string& text, int rank) {
   return false;
 }
 
+// A symptom word where a word of `text` starts ("straggl" in "stragglers"),
+// and a word of three letters or fewer only whole ("lr", "inf", "nan"):
+// "already" names no learning rate, "info" no infinity.
+bool NamesWord(const std::string& text, const std::string& w) {
+  auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  for (size_t at = text.find(w); at != std::string::npos; at = text.find(w, at + 1)) {
+    const size_t end = at + w.size();
+    if (at > 0 && word_char(text[at - 1])) continue;
+    if (w.size() <= 3 && end < text.size() && word_char(text[end])) continue;
+    return true;
+  }
+  return false;
+}
+
 bool NamesSymptom(const TimelineEntry& e, const IncidentFacts& facts) {
   if (e.kind == "proposal" || e.kind == "diagnosis") return true;
   if (e.kind != "note" && e.kind != "update") return false;
   const std::string text = Lower(e.text);
   for (const auto& w : SymptomWords(facts.cause_class))
-    if (text.find(w) != std::string::npos) return true;
+    if (NamesWord(text, w)) return true;
   for (int r : facts.culprit_ranks)
     if (NamesRank(text, r)) return true;
   return false;

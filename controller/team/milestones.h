@@ -43,8 +43,9 @@ struct Milestone {
 std::vector<Milestone> ComputeMilestones(const std::vector<TimelineEntry>& timeline,
                                          const IncidentFacts& facts);
 
-// The words that name a symptom of a cause class (lower case; matched as
-// substrings of a lower-cased note).
+// The words that name a symptom of a cause class (lower case; matched where
+// a word of the lower-cased note starts, and whole when three letters or
+// fewer).
 const std::vector<std::string>& SymptomWords(const std::string& cause_class);
 
 // Throughput lost against the baseline over [from_ms, to_ms): the job's

@@ -49,6 +49,20 @@ TEST(Milestones, SymptomWordsOfTheFaultsClassDetectAndABareToolRunDoesNot) {
   EXPECT_EQ(ComputeMilestones(t, Facts())[1].unix_ms, 0);
 }
 
+TEST(Milestones, ASymptomWordInsideAnotherWordNamesNothing) {
+  const IncidentFacts numerics{kOnset, "numerics", {}};
+  std::vector<TimelineEntry> t = {{kOnset + 10 * kS, "cy", "comms", "update", "Already on it, see the info page", false,
+                                   false}};
+  EXPECT_EQ(ComputeMilestones(t, numerics)[1].unix_ms, 0);  // "lr" in already, "inf" in info
+  t[0].text = "the LR looks high; losses are inf";
+  EXPECT_EQ(ComputeMilestones(t, numerics)[1].unix_ms, kOnset + 10 * kS);
+  const IncidentFacts input{kOnset, "input pipeline", {}};
+  t[0].text = "already looked";
+  EXPECT_EQ(ComputeMilestones(t, input)[1].unix_ms, 0);  // "read" in already
+  t[0].text = "reads from disk are slow";
+  EXPECT_EQ(ComputeMilestones(t, input)[1].unix_ms, kOnset + 10 * kS);
+}
+
 TEST(Milestones, AVerificationBeforeTheFixResolvesNothingAndACorrectDiagnosisDetects) {
   std::vector<TimelineEntry> t = {
       {kOnset + 10 * kS, "controller", "", "verification", "passed", false, true},
