@@ -10,6 +10,7 @@
 #include "common/text.h"
 #include "controller/exam/json_read.h"
 #include "controller/exam/signing.h"
+#include "scenario/exam_file.h"
 
 namespace firedrill::controller {
 
@@ -31,8 +32,6 @@ json ProtoJson(const google::protobuf::Message& m) {
   return j;
 }
 
-int ItemWeight(const v1::ExamItem& item) { return item.points() == 0 ? 100 : item.points(); }
-
 std::string Percent(double p) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f%%", p);
@@ -53,7 +52,7 @@ json ExamResult(const v1::ExamSpec& exam, const SittingFacts& facts, const std::
   json out_items = json::array();
   int total = 0, max_total = 0;
   for (int i = 0; i < exam.items_size(); ++i) {
-    const int weight = ItemWeight(exam.items(i));
+    const int weight = scenario::ItemPoints(exam.items(i));
     max_total += weight;
     const ItemOutcome* o = nullptr;
     for (const auto& it : items)
