@@ -427,6 +427,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   cli::DrillClient client(ctl.addr(), std::chrono::seconds(30));
+  client.SetToken(cli::ReadOwnerToken(ctl.dir()));
   auto key = controller::LoadOrCreateDrawKey(ctl.dir() + "/draw.key");
   if (!key.ok()) {
     std::fprintf(stderr, "grading_reliability: %s\n", key.status().message().c_str());

@@ -101,6 +101,8 @@ int main(int argc, char** argv) {
   }
   cli::DrillClient a(loopback.addr(), std::chrono::seconds(60));
   cli::DrillClient b(netns.addr(), std::chrono::seconds(60));
+  a.SetToken(cli::ReadOwnerToken(loopback.dir()));
+  b.SetToken(cli::ReadOwnerToken(netns.dir()));
   std::vector<double> thr, bus, p2p;
   std::printf("%-5s %14s %14s %7s %12s %12s %7s %11s %11s %7s\n", "pair", "loopback s/s", "netns s/s", "ratio",
               "lo busbw", "ns busbw", "ratio", "lo p2p", "ns p2p", "ratio");

@@ -889,7 +889,11 @@ std::string RollbackPoint(const std::vector<v1::VerifyCheckpointResponse>& verif
 }
 
 int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
-  DrillClient client(ctx.controller);
+  DrillClient client(ctx.controller, std::chrono::seconds(10), ctx.tls_ca);
+  if (Status st = UseToken(ctx, &client); !st.ok()) {
+    *ctx.err << "error: " << st.message() << "\n";
+    return 1;
+  }
   auto info = client.StartSession(scenario, seed);
   if (!info.ok()) {
     *ctx.err << "error: " << info.status().message() << "\n";
@@ -900,7 +904,11 @@ int RunAutopilot(CliContext& ctx, const std::string& scenario, int64_t seed) {
 
 int PilotSession(CliContext& ctx, const std::string& id) {
   std::ostream& out = *ctx.out;
-  DrillClient client(ctx.controller);
+  DrillClient client(ctx.controller, std::chrono::seconds(10), ctx.tls_ca);
+  if (Status token = UseToken(ctx, &client); !token.ok()) {
+    *ctx.err << "error: " << token.message() << "\n";
+    return 1;
+  }
   auto st = client.GetStatus(id);
   if (!st.ok()) {
     *ctx.err << "error: " << st.status().message() << "\n";

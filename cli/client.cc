@@ -1,17 +1,42 @@
 #include "cli/client.h"
 
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
 #include "google/rpc/status.pb.h"
 
 namespace firedrill::cli {
 
-DrillClient::DrillClient(std::string address, std::chrono::milliseconds deadline)
+namespace {
+
+std::shared_ptr<grpc::ChannelCredentials> Credentials(const std::string& tls_ca, Status* setup) {
+  if (tls_ca.empty()) return grpc::InsecureChannelCredentials();
+  std::ifstream in(tls_ca, std::ios::binary);
+  std::ostringstream pem;
+  pem << in.rdbuf();
+  if (!in || pem.str().find("-----BEGIN CERTIFICATE") == std::string::npos) {
+    *setup = FailedPrecondition("--tls-ca " + tls_ca +
+                                ": cannot read a PEM certificate there (`firedrill certs` "
+                                "writes ca.pem)");
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = pem.str();
+  return grpc::SslCredentials(ssl);
+}
+
+}  // namespace
+
+DrillClient::DrillClient(std::string address, std::chrono::milliseconds deadline, const std::string& tls_ca)
     : address_(std::move(address)),
       deadline_(deadline),
-      channel_(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials())),
+      tls_(!tls_ca.empty()),
+      channel_(grpc::CreateChannel(address_, Credentials(tls_ca, &setup_))),
       stub_(v1::Drill::NewStub(channel_)) {}
 
 bool DrillClient::Reachable(std::chrono::milliseconds wait) {
-  return channel_->WaitForConnected(std::chrono::system_clock::now() + wait);
+  return setup_.ok() && channel_->WaitForConnected(std::chrono::system_clock::now() + wait);
 }
 
 Status DrillClient::FromGrpc(const grpc::Status& st) const {
@@ -27,8 +52,10 @@ Status DrillClient::FromGrpc(const grpc::Status& st) const {
     }
   }
   if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    return Unavailable("no controller answers at " + address_ +
-                       "; start one with `firedrill up` or point to one with --controller ADDR");
+    return Unavailable(
+        "no controller answers at " + address_ +
+        (tls_ ? " over TLS (is its certificate signed by the --tls-ca given, and for this address?)" : "") +
+        "; start one with `firedrill up` or point to one with --controller ADDR");
   }
   if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return DeadlineExceeded("the controller at " + address_ + " did not answer in time; check its log");
@@ -39,8 +66,10 @@ Status DrillClient::FromGrpc(const grpc::Status& st) const {
 template <typename Req, typename Resp>
 StatusOr<Resp> DrillClient::Call(grpc::Status (v1::Drill::Stub::*fn)(grpc::ClientContext*, const Req&, Resp*),
                                  const Req& req, std::chrono::milliseconds deadline) {
+  if (!setup_.ok()) return setup_;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+  if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
   Resp resp;
   grpc::Status st = ((*stub_).*fn)(&ctx, req, &resp);
   if (!st.ok()) return FromGrpc(st);
@@ -137,6 +166,56 @@ StatusOr<v1::SessionInfo> DrillClient::EndSession(const std::string& session_id,
   v1::EndSessionRequest req;
   req.set_session_id(session_id);
   return Call(&v1::Drill::Stub::EndSession, req, deadline);
+}
+
+StatusOr<v1::WhoAmIResponse> DrillClient::WhoAmI() {
+  return Call(&v1::Drill::Stub::WhoAmI, v1::WhoAmIRequest(), deadline_);
+}
+
+StatusOr<v1::IssueTokenResponse> DrillClient::IssueToken(const v1::IssueTokenRequest& req) {
+  return Call(&v1::Drill::Stub::IssueToken, req, deadline_);
+}
+
+StatusOr<v1::RevokeTokenResponse> DrillClient::RevokeToken(const std::string& name) {
+  v1::RevokeTokenRequest req;
+  req.set_name(name);
+  return Call(&v1::Drill::Stub::RevokeToken, req, deadline_);
+}
+
+StatusOr<v1::ListTokensResponse> DrillClient::ListTokens() {
+  return Call(&v1::Drill::Stub::ListTokens, v1::ListTokensRequest(), deadline_);
+}
+
+std::string OwnerTokenFile(const std::string& state_dir) { return state_dir + "/owner.token"; }
+
+namespace {
+std::string FirstLine(const std::string& path, bool* readable) {
+  std::ifstream in(path);
+  std::string line;
+  *readable = static_cast<bool>(in);
+  std::getline(in, line);
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  return line;
+}
+}  // namespace
+
+std::string ReadOwnerToken(const std::string& state_dir) {
+  bool readable = false;
+  return FirstLine(OwnerTokenFile(state_dir), &readable);
+}
+
+StatusOr<std::string> ResolveToken(const std::string& token_file, const std::string& state_dir,
+                                   const std::string& controller) {
+  bool readable = false;
+  if (!token_file.empty()) {
+    std::string t = FirstLine(token_file, &readable);
+    if (!readable || t.empty())
+      return InvalidArgument("--token-file " + token_file + ": cannot read a token from its first line");
+    return t;
+  }
+  if (const char* env = std::getenv("FIREDRILL_TOKEN"); env && *env) return std::string(env);
+  if (FirstLine(state_dir + "/controller.addr", &readable) != controller) return std::string();
+  return ReadOwnerToken(state_dir);
 }
 
 }  // namespace firedrill::cli

@@ -15,8 +15,14 @@ namespace firedrill::cli {
 
 class DrillClient {
  public:
-  explicit DrillClient(std::string address, std::chrono::milliseconds deadline = std::chrono::seconds(10));
+  // `tls_ca`: a PEM file of the CA that signed the controller's certificate
+  // (TLS); "" speaks plaintext. A CA file that cannot be read fails every
+  // call with that error.
+  explicit DrillClient(std::string address, std::chrono::milliseconds deadline = std::chrono::seconds(10),
+                       const std::string& tls_ca = "");
   const std::string& address() const { return address_; }
+  // The bearer token every call presents ("" presents none).
+  void SetToken(std::string token) { token_ = std::move(token); }
 
   // True if the controller answers within `wait`.
   bool Reachable(std::chrono::milliseconds wait);
@@ -40,6 +46,10 @@ class DrillClient {
   StatusOr<v1::RequestHintResponse> RequestHint(const std::string& session_id);
   StatusOr<v1::ScoreReport> GetScore(const std::string& session_id);
   StatusOr<v1::SessionInfo> EndSession(const std::string& session_id, std::chrono::milliseconds deadline);
+  StatusOr<v1::WhoAmIResponse> WhoAmI();
+  StatusOr<v1::IssueTokenResponse> IssueToken(const v1::IssueTokenRequest& req);
+  StatusOr<v1::RevokeTokenResponse> RevokeToken(const std::string& name);
+  StatusOr<v1::ListTokensResponse> ListTokens();
 
  private:
   template <typename Req, typename Resp>
@@ -49,8 +59,24 @@ class DrillClient {
 
   std::string address_;
   std::chrono::milliseconds deadline_;
+  std::string token_;
+  Status setup_;  // a TLS CA that could not be read
+  bool tls_ = false;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Drill::Stub> stub_;
 };
+
+// <state_dir>/owner.token: the owner token a controller of that state dir
+// wrote for the local CLI.
+std::string OwnerTokenFile(const std::string& state_dir);
+// Its first line ("" if it cannot be read).
+std::string ReadOwnerToken(const std::string& state_dir);
+// The token a command presents: the first line of `token_file` if one is
+// given (an error if it cannot be read), else $FIREDRILL_TOKEN, else the
+// owner token of `state_dir` if this user can read it and the controller
+// that wrote it serves `controller` (its controller.addr says so: the owner
+// token is never sent to another address), else "".
+StatusOr<std::string> ResolveToken(const std::string& token_file, const std::string& state_dir,
+                                   const std::string& controller);
 
 }  // namespace firedrill::cli

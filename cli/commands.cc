@@ -8,12 +8,14 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
 #include "cli/autopilot.h"
+#include "cli/certs.h"
 #include "cli/demo.h"
 #include "cli/exam_commands.h"
 #include "cli/flight_recorder.h"
@@ -23,6 +25,7 @@
 #include "cli/output.h"
 #include "cli/probe.h"
 #include "cli/scenario_tools.h"
+#include "cli/token_commands.h"
 #include "cli/trace.h"
 #include "common/paths.h"
 #include "common/suggest.h"
@@ -42,19 +45,38 @@ int PrintOr(const CliContext& ctx, const StatusOr<T>& r, void (*print)(const T&,
   return 0;
 }
 
-int CmdUp(CliContext& ctx, const std::string& listen, const std::vector<std::string>& scenario_dirs) {
+int CmdUp(CliContext& ctx, const std::string& listen, const std::vector<std::string>& scenario_dirs,
+          const std::string& tls_dir) {
   if (auto pid = RunningControllerPid(ctx.state_dir)) {
     *ctx.out << "a controller is already running (pid " << *pid << ") for state dir " << ctx.state_dir << "\n";
     return 0;
   }
-  auto p = StartController(listen, ctx.state_dir, scenario_dirs);
+  auto p = StartController(listen, ctx.state_dir, scenario_dirs, tls_dir);
   if (!p.ok()) return Fail(ctx, p.status());
-  // Later commands find this controller and its state without flags.
-  SaveContext({p->address, ctx.state_dir});
-  *ctx.out << "controller running at " << p->address << " (pid " << p->pid << ")\n"
+  // Later commands find this controller, its state and its CA without flags.
+  SaveContext({p->address, ctx.state_dir, p->tls_ca});
+  *ctx.out << "controller running at " << p->address << " (pid " << p->pid << ")"
+           << (p->tls_ca.empty() ? "" : ", TLS (clients trust " + p->tls_ca + ")") << "\n"
            << "  log:   " << p->log_path << "\n"
            << "  state: " << p->state_dir << " (firedrill.db, agent logs in logs/)\n"
+           << "  token: " << OwnerTokenFile(p->state_dir) << " (the owner's; this CLI presents it)\n"
            << "stop it with `firedrill down`\n";
+  return 0;
+}
+
+int CmdCerts(CliContext& ctx, const std::string& dir, const std::vector<std::string>& hosts, int days) {
+  auto f = MakeCerts(dir, hosts, days);
+  if (!f.ok()) return Fail(ctx, f.status());
+  std::ifstream in(f->server_cert);
+  const std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto names = CertNames(pem);
+  std::string list;
+  for (const auto& n : names.ok() ? *names : std::vector<std::string>{})
+    list += (list.empty() ? "" : ", ") + n;
+  *ctx.out << "CA:     " << f->ca_cert << " (give it to clients: --tls-ca), key " << f->ca_key << "\n"
+           << "server: " << f->server_cert << " for " << list << ", key " << f->server_key << ", " << days
+           << " days\n"
+           << "start a controller with it: firedrill up --tls " << dir << " --listen HOST:PORT\n";
   return 0;
 }
 
@@ -245,6 +267,13 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   auto* state_opt = app.add_option("--state-dir", ctx.state_dir,
                                    "the controller's state and the current session (or FIREDRILL_STATE_DIR)");
   app.add_option("--session", ctx.session, "session id (default: the last one started here)");
+  auto* tls_ca_opt = app.add_option("--tls-ca", ctx.tls_ca,
+                                    "the controller speaks TLS: the CA (PEM) that signed its certificate (or "
+                                    "FIREDRILL_TLS_CA; default: the one `up --tls` saved)");
+  app.add_option(
+      "--token-file", ctx.token_file,
+      "a file whose first line is the token to present (or FIREDRILL_TOKEN; default: the owner token "
+      "of --state-dir, sent only to the controller that wrote it)");
   app.add_flag("--json", ctx.json, "print data as JSON (errors too, on stderr)");
 
   std::string listen;  // default: --controller, known only after parsing
@@ -252,7 +281,23 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   auto* up = app.add_subcommand("up", "start a controller in the background");
   up->add_option("--listen", listen, "address to serve on (default: --controller)");
   up->add_option("--add-scenarios", add_scenarios, "a folder of your own scenarios, beside the shipped ones (repeatable)");
+  std::string up_tls;
+  up->add_option("--tls", up_tls,
+                 "serve TLS with DIR/server.pem and DIR/server.key (from `firedrill certs --out DIR`)");
   auto* down = app.add_subcommand("down", "stop the background controller and its agents");
+  std::string certs_dir = "firedrill-tls";
+  std::vector<std::string> certs_hosts = {"localhost", "127.0.0.1"};
+  int certs_days = 365;
+  auto* certs =
+      app.add_subcommand("certs", "make a CA and a server certificate for TLS on the controller's port");
+  certs
+      ->add_option("--out", certs_dir,
+                   "folder for ca.pem, ca.key, server.pem, server.key (an existing CA there "
+                   "signs the new pair)")
+      ->capture_default_str();
+  certs->add_option("--host", certs_hosts, "a name or address clients reach the controller by (repeatable)")
+      ->capture_default_str();
+  certs->add_option("--days", certs_days, "how long the certificates are valid")->capture_default_str();
 
   auto* scenarios = app.add_subcommand("scenarios", "the scenario catalogue");
   scenarios->require_subcommand(1);
@@ -270,6 +315,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   scen_coverage->add_option("--skills", skills_file, "skill-atom table (Markdown)")->capture_default_str();
   auto* sessions = app.add_subcommand("sessions", "list sessions, including finished ones");
   auto exam_cmds = AddExamCommands(app);
+  auto token_cmds = AddTokenCommands(app);
   auto* causes_cmd = app.add_subcommand("causes", "the causes a diagnosis may name, with their meaning");
 
   std::string scenario;
@@ -422,16 +468,19 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
       err << "error: " << msg << "\n";
     return 2;
   }
-  ResolveContext(&ctx, controller_opt->count() > 0, state_opt->count() > 0);
+  ResolveContext(&ctx, controller_opt->count() > 0, state_opt->count() > 0, tls_ca_opt->count() > 0);
 
-  if (up->parsed()) return CmdUp(ctx, listen.empty() ? ctx.controller : listen, add_scenarios);
+  if (up->parsed()) return CmdUp(ctx, listen.empty() ? ctx.controller : listen, add_scenarios, up_tls);
+  if (certs->parsed()) return CmdCerts(ctx, certs_dir, certs_hosts, certs_days);
   if (down->parsed()) return CmdDown(ctx);
   if (scen_validate->parsed()) return RunScenarioValidate(ctx, scen_files, skills_file);
   if (scen_coverage->parsed()) return RunScenarioCoverage(ctx, scen_dir, skills_file);
   if (auto code = RunExamCommand(*exam_cmds, ctx)) return *code;
 
-  DrillClient client(ctx.controller);
+  DrillClient client(ctx.controller, std::chrono::seconds(10), ctx.tls_ca);
   if (demo->parsed()) return RunDemo(ctx, demo_scenario, seed);
+  if (Status st = UseToken(ctx, &client); !st.ok()) return Fail(ctx, st);
+  if (auto code = RunTokenCommand(*token_cmds, ctx, client)) return *code;
   if (autopilot->parsed()) return RunAutopilot(ctx, pilot_scenario, seed);
   if (scen_list->parsed()) return PrintOr(ctx, client.ListScenarios(), &PrintScenarios);
   if (scen_show->parsed()) return CmdScenarioShow(ctx, client, show_id);

@@ -16,6 +16,8 @@ struct CliContext {
   std::string controller;
   std::string state_dir;
   std::string session;  // --session, else the remembered current session
+  std::string token_file;  // --token-file (else FIREDRILL_TOKEN, else the state dir's owner token)
+  std::string tls_ca;      // --tls-ca: the controller speaks TLS with a certificate this CA signed
   bool json = false;
   std::ostream* out;
   std::ostream* err;
@@ -29,20 +31,25 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
 
 // What `up` last started, so that later commands find that controller and
 // its state dir without flags: $XDG_CONFIG_HOME/firedrill/context (or
-// ~/.config/firedrill/context), lines `controller=ADDR` and `state_dir=DIR`.
+// ~/.config/firedrill/context), lines `controller=ADDR`, `state_dir=DIR`
+// and, for a controller that speaks TLS, `tls_ca=FILE`.
 struct SavedContext {
   std::string controller;
   std::string state_dir;
+  std::string tls_ca;  // `up --tls DIR`: DIR/ca.pem
 };
 std::string ContextFile();
 SavedContext LoadSavedContext();
 void SaveContext(const SavedContext& c);
+// Gives `client` the token this command presents (cli/client.h ResolveToken).
+Status UseToken(const CliContext& ctx, DrillClient* client);
 
 // Fills in what the flags left open: --controller, else FIREDRILL_CONTROLLER,
 // else the saved context's, else 127.0.0.1:50071; --state-dir, else
 // FIREDRILL_STATE_DIR, else the saved context's (when it belongs to that
-// controller), else the default.
-void ResolveContext(CliContext* ctx, bool controller_given, bool state_dir_given);
+// controller), else the default; --tls-ca, else FIREDRILL_TLS_CA, else the
+// saved context's (when it belongs to that controller).
+void ResolveContext(CliContext* ctx, bool controller_given, bool state_dir_given, bool tls_ca_given = false);
 
 StatusOr<std::string> CurrentSession(const CliContext& ctx);
 void RememberSession(const CliContext& ctx, const std::string& id);

@@ -25,6 +25,7 @@ SavedContext LoadSavedContext() {
     const std::string k = line.substr(0, eq), v = line.substr(eq + 1);
     if (k == "controller") c.controller = v;
     if (k == "state_dir") c.state_dir = v;
+    if (k == "tls_ca") c.tls_ca = v;
   }
   return c;
 }
@@ -34,16 +35,29 @@ void SaveContext(const SavedContext& c) {
   if (path.empty()) return;
   std::string err;
   if (!MakeDirs(path.substr(0, path.rfind('/')), &err)) return;
-  std::ofstream(path, std::ios::trunc) << "controller=" << c.controller << "\nstate_dir=" << c.state_dir << "\n";
+  std::ofstream(path, std::ios::trunc)
+      << "controller=" << c.controller << "\nstate_dir=" << c.state_dir << "\n"
+      << (c.tls_ca.empty() ? "" : "tls_ca=" + c.tls_ca + "\n");
 }
 
-void ResolveContext(CliContext* ctx, bool controller_given, bool state_dir_given) {
+void ResolveContext(CliContext* ctx, bool controller_given, bool state_dir_given, bool tls_ca_given) {
   const bool controller_env = std::getenv("FIREDRILL_CONTROLLER") && *std::getenv("FIREDRILL_CONTROLLER");
   const bool state_env = std::getenv("FIREDRILL_STATE_DIR") && *std::getenv("FIREDRILL_STATE_DIR");
   const SavedContext saved = LoadSavedContext();
   if (!controller_given && !controller_env && !saved.controller.empty()) ctx->controller = saved.controller;
   if (!state_dir_given && !state_env && !saved.state_dir.empty() && saved.controller == ctx->controller)
     ctx->state_dir = saved.state_dir;
+  const bool tls_env = std::getenv("FIREDRILL_TLS_CA") && *std::getenv("FIREDRILL_TLS_CA");
+  if (!tls_ca_given && tls_env) ctx->tls_ca = std::getenv("FIREDRILL_TLS_CA");
+  if (!tls_ca_given && !tls_env && !saved.tls_ca.empty() && saved.controller == ctx->controller)
+    ctx->tls_ca = saved.tls_ca;
+}
+
+Status UseToken(const CliContext& ctx, DrillClient* client) {
+  auto token = ResolveToken(ctx.token_file, ctx.state_dir, ctx.controller);
+  if (!token.ok()) return token.status();
+  client->SetToken(*token);
+  return Status::Ok();
 }
 
 StatusOr<std::string> CurrentSession(const CliContext& ctx) {

@@ -20,7 +20,7 @@ void Heading(std::ostream& out, const std::string& text) { out << "\n== " << tex
 int RunDemo(CliContext& ctx, const std::string& scenario, int64_t seed) {
   std::ostream& out = *ctx.out;
   const auto t0 = std::chrono::steady_clock::now();
-  DrillClient client(ctx.controller);
+  DrillClient client(ctx.controller, std::chrono::seconds(10), ctx.tls_ca);
   bool started = false;
   if (!client.Reachable(std::chrono::milliseconds(500))) {
     auto p = StartController(ctx.controller, ctx.state_dir);
@@ -30,6 +30,10 @@ int RunDemo(CliContext& ctx, const std::string& scenario, int64_t seed) {
     }
     started = true;
     out << "started a controller at " << p->address << " (pid " << p->pid << ", log " << p->log_path << ")\n";
+  }
+  if (Status st = UseToken(ctx, &client); !st.ok()) {
+    *ctx.err << "error: " << st.message() << "\n";
+    return 1;
   }
   std::string session_id;
   auto finish = [&](int code) {

@@ -67,7 +67,8 @@ std::optional<int> RunningControllerPid(const std::string& state_dir) {
 }
 
 StatusOr<ControllerProcess> StartController(const std::string& listen, const std::string& state_dir,
-                                            const std::vector<std::string>& scenario_dirs) {
+                                            const std::vector<std::string>& scenario_dirs,
+                                            const std::string& tls_dir) {
   std::string err;
   if (!MakePrivateDir(state_dir, &err)) return Internal(err);
   ControllerProcess p;
@@ -82,6 +83,16 @@ StatusOr<ControllerProcess> StartController(const std::string& listen, const std
     const std::string abs = std::filesystem::absolute(d, ec).string();
     if (!std::filesystem::is_directory(abs, ec)) return NotFound("--add-scenarios " + d + ": not a directory");
     args.insert(args.end(), {"--add-scenarios", abs});
+  }
+  if (!tls_dir.empty()) {
+    std::error_code ec;
+    const std::string abs = std::filesystem::absolute(tls_dir, ec).lexically_normal().string();
+    for (const char* f : {"/server.pem", "/server.key", "/ca.pem"})
+      if (access((abs + f).c_str(), R_OK) != 0)
+        return NotFound("--tls " + tls_dir + ": no readable " + std::string(f + 1) +
+                        " (make them with `firedrill certs --out " + tls_dir + "`)");
+    args.insert(args.end(), {"--tls-cert", abs + "/server.pem", "--tls-key", abs + "/server.key"});
+    p.tls_ca = abs + "/ca.pem";
   }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -112,7 +123,7 @@ StatusOr<ControllerProcess> StartController(const std::string& listen, const std
   }
   waitpid(pid, nullptr, 0);
 
-  DrillClient client(listen);
+  DrillClient client(listen, std::chrono::seconds(10), p.tls_ca);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {
     if (auto running = RunningControllerPid(state_dir); running && client.Reachable(std::chrono::milliseconds(200))) {

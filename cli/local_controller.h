@@ -15,13 +15,16 @@ struct ControllerProcess {
   std::string address;
   std::string log_path;
   std::string state_dir;
+  std::string tls_ca;  // it speaks TLS: the CA clients trust ("" for plaintext)
 };
 
 // Starts firedrill-controller (next to this executable) detached from the
 // terminal, and waits until it answers. `scenario_dirs` are added to the
-// shipped catalogue (--add-scenarios).
+// shipped catalogue (--add-scenarios). `tls_dir`: serve TLS with its
+// server.pem and server.key, clients trusting its ca.pem (`firedrill certs`).
 StatusOr<ControllerProcess> StartController(const std::string& listen, const std::string& state_dir,
-                                            const std::vector<std::string>& scenario_dirs = {});
+                                            const std::vector<std::string>& scenario_dirs = {},
+                                            const std::string& tls_dir = "");
 // SIGTERM, wait (the controller stops its agents), SIGKILL if it lingers.
 StatusOr<int> StopController(const std::string& state_dir);
 // The pid in <state-dir>/controller.pid if that process is a live controller.

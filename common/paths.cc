@@ -1,5 +1,6 @@
 #include "common/paths.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -69,6 +70,17 @@ bool MakePrivateDir(const std::string& path, std::string* err) {
     return false;
   }
   return true;
+}
+
+int WriteNewFile(const std::string& path, const std::string& text, unsigned mode) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0) return errno;
+  // The mode as asked, whatever the umask.
+  int err = ::fchmod(fd, mode) == 0 ? 0 : errno;
+  if (err == 0 && ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+    err = errno ? errno : EIO;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  return err;
 }
 
 }  // namespace firedrill

@@ -23,5 +23,9 @@ bool MakeDirs(const std::string& path, std::string* err);
 // mkdir -p, then the leaf is made owner-only (0700): the controller's state
 // holds every answer key, the agents' logs and join tokens.
 bool MakePrivateDir(const std::string& path, std::string* err);
+// Writes `text` to `path`, which must not exist yet (never follows or
+// replaces anything there), with permission bits `mode`. Returns 0, or the
+// errno of what failed (EEXIST: it exists).
+int WriteNewFile(const std::string& path, const std::string& text, unsigned mode);
 
 }  // namespace firedrill

@@ -17,6 +17,7 @@ enum class StatusCode {
   kDeadlineExceeded = 4,
   kNotFound = 5,
   kAlreadyExists = 6,
+  kPermissionDenied = 7,
   kResourceExhausted = 8,
   kFailedPrecondition = 9,
   kAborted = 10,
@@ -25,6 +26,7 @@ enum class StatusCode {
   kInternal = 13,
   kUnavailable = 14,
   kDataLoss = 15,
+  kUnauthenticated = 16,
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -56,6 +58,8 @@ inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::
 inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
+inline Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+inline Status Unauthenticated(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
 
 template <typename T>
 class [[nodiscard]] StatusOr {

@@ -1,7 +1,9 @@
-// The public Drill service: maps RPCs onto the session manager and Status
-// onto gRPC status codes. No logic of its own.
+// The public Drill service: authenticates and authorises each call
+// (controller/authz.h), then maps it onto the session manager and Status
+// onto gRPC status codes. No drill logic of its own.
 #pragma once
 
+#include "controller/authz.h"
 #include "controller/session_manager.h"
 #include "firedrill/v1/controller.grpc.pb.h"
 
@@ -15,7 +17,7 @@ inline constexpr const char* kErrorDomain = "firedrill";
 
 class DrillService final : public v1::Drill::Service {
  public:
-  explicit DrillService(SessionManager* sessions) : sessions_(sessions) {}
+  DrillService(SessionManager* sessions, Gatekeeper* gate) : sessions_(sessions), gate_(gate) {}
 
   grpc::Status ListScenarios(grpc::ServerContext*, const v1::ListScenariosRequest*,
                              v1::ListScenariosResponse*) override;
@@ -41,9 +43,23 @@ class DrillService final : public v1::Drill::Service {
   grpc::Status RequestHint(grpc::ServerContext*, const v1::RequestHintRequest*, v1::RequestHintResponse*) override;
   grpc::Status GetScore(grpc::ServerContext*, const v1::GetScoreRequest*, v1::ScoreReport*) override;
   grpc::Status EndSession(grpc::ServerContext*, const v1::EndSessionRequest*, v1::SessionInfo*) override;
+  grpc::Status WhoAmI(grpc::ServerContext*, const v1::WhoAmIRequest*, v1::WhoAmIResponse*) override;
+  grpc::Status IssueToken(grpc::ServerContext*, const v1::IssueTokenRequest*,
+                          v1::IssueTokenResponse*) override;
+  grpc::Status RevokeToken(grpc::ServerContext*, const v1::RevokeTokenRequest*,
+                           v1::RevokeTokenResponse*) override;
+  grpc::Status ListTokens(grpc::ServerContext*, const v1::ListTokensRequest*,
+                          v1::ListTokensResponse*) override;
 
  private:
+  // The caller's grant, if its token is live and may make a call of `what`.
+  StatusOr<Grant> Admit(grpc::ServerContext* ctx, Access what) const;
+  // The same for a call on session `id`: a session the caller may not see
+  // is answered as one that does not exist.
+  StatusOr<Grant> AdmitToSession(grpc::ServerContext* ctx, const std::string& id, SessionUse use) const;
+
   SessionManager* sessions_;
+  Gatekeeper* gate_;
 };
 
 }  // namespace firedrill::controller

@@ -35,6 +35,10 @@ int main(int argc, char** argv) {
                  "host:port where remote agents register (needs --pool-token-file; port 0: a free one, written "
                  "to <state-dir>/agent-listen.addr); local agents use a Unix socket in the state dir");
   app.add_option("--pool-token-file", opts.pool_token_file, "file whose first line is the token remote agents present");
+  app.add_option("--tls-cert", opts.tls_cert,
+                 "TLS on the public listener: the server certificate chain (PEM)");
+  app.add_option("--tls-key", opts.tls_key,
+                 "TLS on the public listener: the certificate's private key (PEM)");
   app.add_option("--hosts", opts.hosts,
                  "simulated hosts: netns (a network namespace each, real TCP over veth links), loopback (one "
                  "namespace), or auto (netns where this machine allows it)")

@@ -104,7 +104,40 @@ Status Server::StartFabric() {
   return Status::Ok();
 }
 
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> Server::PublicCredentials() const {
+  if (opts_.tls_cert.empty() && opts_.tls_key.empty()) {
+    const std::string host = opts_.listen.substr(0, opts_.listen.rfind(':'));
+    if (host != "127.0.0.1" && host != "localhost" && host != "[::1]")
+      spdlog::warn(
+          "the public listener {} is plaintext: tokens cross the network readable; give it --tls-cert and "
+          "--tls-key (`firedrill certs` makes a pair)",
+          opts_.listen);
+    return grpc::InsecureServerCredentials();
+  }
+  if (opts_.tls_cert.empty() || opts_.tls_key.empty())
+    return InvalidArgument("TLS needs both --tls-cert and --tls-key");
+  auto read = [](const std::string& path, const std::string& flag) -> StatusOr<std::string> {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    if (!in || ss.str().find("-----BEGIN") == std::string::npos)
+      return InvalidArgument(flag + " " + path + ": cannot read a PEM file there");
+    return ss.str();
+  };
+  auto cert = read(opts_.tls_cert, "--tls-cert");
+  if (!cert.ok()) return cert.status();
+  auto key = read(opts_.tls_key, "--tls-key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  spdlog::info("the public listener speaks TLS with {}", opts_.tls_cert);
+  return grpc::SslServerCredentials(ssl);
+}
+
 Status Server::Start() {
+  // A TLS pair that cannot be read stops the start before anything else.
+  auto creds = PublicCredentials();
+  if (!creds.ok()) return creds.status();
   std::string err;
   if (!MakePrivateDir(opts_.state_dir, &err)) return Internal(err);
   FD_RETURN_IF_ERROR(LockStateDir());
@@ -184,13 +217,17 @@ Status Server::Start() {
   sessions_ = std::make_unique<SessionManager>(sm, store_.get(), pool_.get(), std::move(scenarios).value());
   sessions_->SetAgentDialAddress(agent_bound_);
   FD_RETURN_IF_ERROR(sessions_->Init());
+  // Every public call presents a token; the owner's is written beside the
+  // database before anyone can call, for the local CLI to read.
+  gate_ = std::make_unique<Gatekeeper>(store_.get());
+  FD_RETURN_IF_ERROR(gate_->Init(opts_.state_dir + "/owner.token"));
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(opts_.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(opts_.listen, *creds, &port);
   KeepAlive(builder);
-  drill_ = std::make_unique<DrillService>(sessions_.get());
+  drill_ = std::make_unique<DrillService>(sessions_.get(), gate_.get());
   builder.RegisterService(drill_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port == 0) {

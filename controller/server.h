@@ -39,6 +39,11 @@ struct ServerOptions {
   // them; refuse to start without), "loopback" (all in this namespace), or
   // "auto" (netns where the machine allows it). Local launcher only.
   std::string hosts = "auto";
+  // TLS on the public listener: a PEM certificate chain and its key (both
+  // or neither; `firedrill certs` makes a pair). Unset: plaintext, for a
+  // listener on loopback.
+  std::string tls_cert;
+  std::string tls_key;
 };
 
 class Server {
@@ -55,6 +60,8 @@ class Server {
 
  private:
   Status LockStateDir();
+  // TLS when --tls-cert/--tls-key are given, else plaintext.
+  StatusOr<std::shared_ptr<grpc::ServerCredentials>> PublicCredentials() const;
   ServerOptions opts_;
   std::string bound_, agent_bound_;
   int lock_fd_ = -1;
@@ -63,6 +70,7 @@ class Server {
   std::unique_ptr<AgentPool> pool_;
   std::unique_ptr<NetnsFabric> fabric_;  // outlives the sessions on it
   std::unique_ptr<SessionManager> sessions_;
+  std::unique_ptr<Gatekeeper> gate_;  // the public service's tokens
   std::unique_ptr<DrillService> drill_;
   std::unique_ptr<grpc::Server> agent_server_;
   std::unique_ptr<grpc::Server> server_;

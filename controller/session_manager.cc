@@ -168,9 +168,20 @@ StatusOr<std::shared_ptr<SessionManager::Session>> SessionManager::Find(const st
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
-    return NotFound("no session '" + id + "'; `firedrill sessions` lists them");
+    return NotFound(NoSessionMessage(id));
   }
   return it->second;
+}
+
+std::string NoSessionMessage(const std::string& id) {
+  return "no session '" + id + "'; `firedrill sessions` lists them";
+}
+
+StatusOr<std::string> SessionManager::OwnerOf(const std::string& id) {
+  auto s = Find(id);
+  if (!s.ok()) return s.status();
+  std::lock_guard<std::mutex> lock((*s)->mu);
+  return (*s)->rec.info().owner();
 }
 
 std::shared_ptr<SessionManager::Session> SessionManager::SessionOfAgent(const std::string& agent_id) {
@@ -203,7 +214,8 @@ std::string SessionManager::UnknownScenario(const std::string& id) const {
   return "unknown scenario '" + id + "'" + DidYouMean(id, ids) + "; available: " + all;
 }
 
-StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& req) {
+StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& req,
+                                                const std::string& owner) {
   const v1::Scenario* sc = FindScenario(req.scenario_id());
   if (sc == nullptr) return NotFound(UnknownScenario(req.scenario_id()));
   if (req.seed() < 0) return InvalidArgument("--seed must be positive (or 0 for a random one), got " +
@@ -213,6 +225,7 @@ StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& r
   s->join_token = RandomHex(16);
   auto& info = *s->rec.mutable_info();
   info.set_scenario_id(sc->id());
+  info.set_owner(owner);
   info.set_title(sc->title());
   info.set_briefing(sc->briefing());
   info.set_seed(req.seed() != 0 ? req.seed() : static_cast<int64_t>(std::random_device{}() % 1000000 + 1));

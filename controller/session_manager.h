@@ -50,6 +50,9 @@ std::string SessionFilesDir(const std::string& state_dir, const std::string& ses
 // True if a remediation of `sc` scores the training a fix's resume throws
 // away (Remediation.newest_valid_checkpoint).
 bool ScoresLostWork(const v1::Scenario& sc);
+// What a call on an unknown session says; a session the caller may not see
+// says the same (controller/authz.h).
+std::string NoSessionMessage(const std::string& id);
 
 struct SessionManagerOptions {
   std::string state_dir;
@@ -93,7 +96,10 @@ class SessionManager : public AgentListener {
 
   std::vector<v1::ScenarioSummary> ListScenarios() const;
   StatusOr<v1::ScenarioDetail> GetScenario(const std::string& id) const;
-  StatusOr<v1::SessionInfo> Start(const v1::StartSessionRequest& req);
+  // `owner`: the name of the token that starts it (it alone acts on it).
+  StatusOr<v1::SessionInfo> Start(const v1::StartSessionRequest& req, const std::string& owner = "");
+  // The name of the token that started session `id`; NotFound if none.
+  StatusOr<std::string> OwnerOf(const std::string& id);
   std::vector<v1::SessionInfo> List();
   StatusOr<v1::SessionStatus> GetStatus(const std::string& id);
   StatusOr<v1::TraceResponse> GetTrace(const v1::GetTraceRequest& req);

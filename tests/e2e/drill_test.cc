@@ -218,6 +218,7 @@ TEST(CliLifecycle, UpStartEndDownLeavesNoFiredrillProcess) {
   run({"up"});
   run({"start", kScenario, "--seed", "7"});
   cli::DrillClient client(addr);
+  client.SetToken(cli::ReadOwnerToken(dir));
   std::ifstream cur(dir + "/current-session");
   std::string id;
   std::getline(cur, id);

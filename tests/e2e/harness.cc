@@ -73,7 +73,11 @@ ControllerProcess::ControllerProcess(std::string state_dir, std::vector<std::str
     std::getline(in, address_);
     if (address_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  if (!address_.empty()) client_ = std::make_unique<cli::DrillClient>(address_, std::chrono::seconds(30));
+  if (!address_.empty()) {
+    // The owner token is written before the address: the test is the owner.
+    client_ = std::make_unique<cli::DrillClient>(address_, std::chrono::seconds(30));
+    client_->SetToken(cli::ReadOwnerToken(state_dir_));
+  }
 }
 
 ControllerProcess::~ControllerProcess() {

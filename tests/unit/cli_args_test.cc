@@ -273,7 +273,7 @@ TEST(ContextTest, WhatUpStartedIsFoundAgainWithoutFlags) {
   setenv("XDG_CONFIG_HOME", tmpl.c_str(), 1);
   unsetenv("FIREDRILL_CONTROLLER");
   unsetenv("FIREDRILL_STATE_DIR");
-  SaveContext({"127.0.0.1:50123", "/srv/drills"});
+  SaveContext({"127.0.0.1:50123", "/srv/drills", ""});
   CliContext ctx;
   ctx.controller = "127.0.0.1:50071";
   ctx.state_dir = "/default";

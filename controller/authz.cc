@@ -1,0 +1,190 @@
+#include "controller/authz.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "controller/store.h"
+
+namespace firedrill::controller {
+
+namespace {
+
+constexpr uint32_t kTeamRoles = kRoleCommander | kRoleInvestigator | kRoleScribe | kRoleComms;
+
+bool Has(const Grant& g, uint32_t mask) { return (g.roles & mask) != 0; }
+
+// Writes `text` to `path` readable by this user only, replacing what was
+// there in one rename.
+Status WritePrivateFile(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return Internal("cannot write " + tmp + ": " + std::strerror(errno));
+  const bool ok = ::fchmod(fd, 0600) == 0 &&
+                  ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                  ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Internal("cannot write " + path + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string BearerToken(std::string_view header) {
+  constexpr std::string_view kScheme = "Bearer ";
+  if (header.size() <= kScheme.size() || header.substr(0, kScheme.size()) != kScheme) return "";
+  return std::string(header.substr(kScheme.size()));
+}
+
+Status CheckAccess(const Grant& who, Access what) {
+  switch (what) {
+    case Access::kAnyToken:
+    case Access::kListSessions:
+      return Status::Ok();
+    case Access::kCatalogue:
+      if (Has(who, kRoleOwner | kRoleLearner | kRoleInstructor | kRoleProctor | kTeamRoles))
+        return Status::Ok();
+      return PermissionDenied("the scenario catalogue is not open to a " + RoleNames(who.roles) +
+                              " token (an exam shows its candidates their items)");
+    case Access::kStartSession:
+      if (Has(who, kRoleOwner | kRoleLearner | kRoleInstructor)) return Status::Ok();
+      return PermissionDenied(
+          "a " + RoleNames(who.roles) +
+          " token cannot start sessions (learner, instructor or owner tokens can; a candidate's "
+          "items are started by their exam)");
+    case Access::kAdmin:
+      if (Has(who, kRoleOwner)) return Status::Ok();
+      return PermissionDenied(
+          "tokens are issued and revoked by the controller's owner (the token `firedrill up` "
+          "wrote to the state dir), not by a " +
+          RoleNames(who.roles) + " token");
+  }
+  return PermissionDenied("unknown access");
+}
+
+bool MayUseSession(const Grant& who, const std::string& session_id, const std::string& session_owner,
+                   SessionUse use) {
+  if (Has(who, kRoleOwner)) return true;
+  // A team token is bound to its one session; its roles decide what it
+  // does there (the commander alone fixes and ends).
+  if (!who.session.empty() && who.session == session_id && Has(who, kTeamRoles)) {
+    switch (use) {
+      case SessionUse::kWatch:
+        return true;
+      case SessionUse::kInvestigate:
+        return Has(who, kRoleInvestigator | kRoleCommander);
+      case SessionUse::kCommand:
+        return Has(who, kRoleCommander);
+    }
+  }
+  // Practice sessions and a candidate's items belong to whoever started
+  // them (never a session of nobody's: those are the owner's).
+  if (!session_owner.empty() && session_owner == who.name &&
+      Has(who, kRoleLearner | kRoleInstructor | kRoleCandidate))
+    return true;
+  // A proctor watches; it never acts on a candidate's work.
+  return use == SessionUse::kWatch && Has(who, kRoleProctor);
+}
+
+Status Gatekeeper::Init(const std::string& owner_token_file) {
+  auto grants = store_->LoadGrants();
+  if (!grants.ok()) return grants.status();
+  for (const auto& [digest, grant] : *grants) book_.Restore(digest, grant);
+  std::string token;
+  {
+    std::ifstream in(owner_token_file);
+    std::getline(in, token);
+  }
+  if (auto g = book_.Find(token); g && Has(*g, kRoleOwner)) return Status::Ok();
+  Grant owner;
+  owner.name = "owner";
+  owner.roles = kRoleOwner;
+  owner.issued_ms = UnixNowMs();
+  std::string digest;
+  token = book_.Issue(owner, &digest);
+  FD_RETURN_IF_ERROR(store_->SaveGrant(digest, owner));
+  FD_RETURN_IF_ERROR(WritePrivateFile(owner_token_file, token + "\n"));
+  spdlog::info("a new owner token is in {} (the CLI reads it from there)", owner_token_file);
+  return Status::Ok();
+}
+
+StatusOr<Grant> Gatekeeper::Authenticate(std::string_view header) const {
+  if (header.empty()) {
+    return Unauthenticated(
+        "this call carries no token: put one in FIREDRILL_TOKEN or --token-file (the controller's "
+        "owner token is <state-dir>/owner.token; others come from `firedrill token issue`)");
+  }
+  const std::string token = BearerToken(header);
+  if (auto g = book_.Find(token)) return *g;
+  return Unauthenticated(
+      "the token presented is not one this controller issued, or it was revoked; ask whoever runs "
+      "the controller for a new one");
+}
+
+StatusOr<std::string> Gatekeeper::Issue(Grant grant) {
+  if (grant.name.empty()) return InvalidArgument("a token needs a name (--name): the audit trail shows it");
+  if (grant.name.size() > 64) return InvalidArgument("a token's name is at most 64 characters");
+  for (unsigned char c : grant.name)
+    if (c < 0x20 || c == 0x7f)
+      return InvalidArgument("a token's name has a control character; use letters, digits, '-', '.', '@'");
+  if (grant.roles == 0) return InvalidArgument("a token needs at least one role (--role)");
+  if (Has(grant, kRoleOwner)) return PermissionDenied("there is one owner token: the one in the state dir");
+  if (Has(grant, kRoleCandidate) && grant.exam_id.empty())
+    return InvalidArgument("a candidate token belongs to one exam: give its exam id");
+  if (Has(grant, kTeamRoles) && grant.session.empty())
+    return InvalidArgument(
+        "team roles (commander, investigator, scribe, comms) belong to one session: give its id");
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  for (const auto& [d, g] : book_.All())
+    if (g.name == grant.name && !g.revoked)
+      return AlreadyExists("a live token is already named '" + grant.name +
+                           "'; revoke it first or pick another name");
+  grant.issued_ms = UnixNowMs();
+  grant.revoked = false;
+  std::string digest;
+  std::string token = book_.Issue(grant, &digest);
+  if (Status st = store_->SaveGrant(digest, grant); !st.ok()) {
+    book_.Revoke(grant.name);  // never a live token the store does not know
+    return st;
+  }
+  return token;
+}
+
+StatusOr<int> Gatekeeper::Revoke(const std::string& name) {
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  for (const auto& [d, g] : book_.All())
+    if (g.name == name && !g.revoked && Has(g, kRoleOwner))
+      return PermissionDenied(
+          "the owner token is not revoked over the API: delete <state-dir>/owner.token and "
+          "restart the controller, which writes a new one");
+  int n = 0;
+  const auto all = book_.All();
+  for (const std::string& digest : book_.Revoke(name)) {
+    for (const auto& [d, g] : all) {
+      if (d != digest) continue;
+      Grant revoked = g;
+      revoked.revoked = true;
+      FD_RETURN_IF_ERROR(store_->SaveGrant(d, revoked));
+      ++n;
+    }
+  }
+  if (n == 0) return NotFound("no live token is named '" + name + "'; `firedrill token list` shows them");
+  return n;
+}
+
+std::vector<Grant> Gatekeeper::List() const {
+  std::vector<Grant> out;
+  for (const auto& [d, g] : book_.All()) out.push_back(g);
+  return out;
+}
+
+}  // namespace firedrill::controller
