@@ -66,31 +66,23 @@ StatusOr<Own<X509>> NewCert(EVP_PKEY* key, const std::string& cn, X509* issuer, 
       BN_rand(serial.get(), 127, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) != 1 ||
       !BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(x.get())))
     return Internal("cannot make a certificate (OpenSSL)");
-  X509_gmtime_adj(X509_getm_notBefore(x.get()), -300);  // a little clock skew
-  X509_gmtime_adj(X509_getm_notAfter(x.get()), static_cast<long>(days) * 86400L);
   X509_NAME* name = X509_get_subject_name(x.get());
-  X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("firedrill"), -1,
-                             -1, 0);
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(cn.c_str()), -1,
-                             -1, 0);
-  X509_set_issuer_name(x.get(), issuer ? X509_get_subject_name(issuer) : name);
-  if (X509_set_pubkey(x.get(), key) != 1) return Internal("cannot set a certificate's key");
+  const auto text = [](const char* t) { return reinterpret_cast<const unsigned char*>(t); };
+  if (!X509_gmtime_adj(X509_getm_notBefore(x.get()), -300) ||  // a little clock skew
+      !X509_gmtime_adj(X509_getm_notAfter(x.get()), static_cast<long>(days) * 86400L) ||
+      X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, text("firedrill"), -1, -1, 0) != 1 ||
+      X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, text(cn.c_str()), -1, -1, 0) != 1 ||
+      X509_set_issuer_name(x.get(), issuer ? X509_get_subject_name(issuer) : name) != 1 ||
+      X509_set_pubkey(x.get(), key) != 1)
+    return Internal("cannot fill in a certificate (OpenSSL)");
+  // Never valid past its issuer.
+  if (issuer && ASN1_TIME_compare(X509_get0_notAfter(x.get()), X509_get0_notAfter(issuer)) > 0 &&
+      X509_set1_notAfter(x.get(), X509_get0_notAfter(issuer)) != 1)
+    return Internal("cannot bound a certificate's validity by its CA's");
   for (const auto& [nid, value] : exts)
     FD_RETURN_IF_ERROR(AddExt(x.get(), issuer ? issuer : x.get(), nid, value));
   if (X509_sign(x.get(), issuer_key, EVP_sha256()) <= 0) return Internal("cannot sign a certificate");
   return x;
-}
-
-std::string CertPem(X509* x) {
-  Own<BIO> b(BIO_new(BIO_s_mem()));
-  PEM_write_bio_X509(b.get(), x);
-  return BioText(b.get());
-}
-
-std::string KeyPem(EVP_PKEY* k) {
-  Own<BIO> b(BIO_new(BIO_s_mem()));
-  PEM_write_bio_PrivateKey(b.get(), k, nullptr, nullptr, 0, nullptr, nullptr);
-  return BioText(b.get());
 }
 
 // A new file (never an existing one) of `mode`.
@@ -100,6 +92,29 @@ Status WriteNew(const std::string& path, const std::string& text, unsigned mode)
   return FailedPrecondition(
       path + ": " + std::strerror(err) +
       (err == EEXIST ? " (certs never overwrites a file: remove it or pick another --out)" : ""));
+}
+
+StatusOr<std::string> CertPem(X509* x) {
+  Own<BIO> b(BIO_new(BIO_s_mem()));
+  if (!b || PEM_write_bio_X509(b.get(), x) != 1) return Internal("cannot write a certificate as PEM");
+  return BioText(b.get());
+}
+
+StatusOr<std::string> KeyPem(EVP_PKEY* k) {
+  Own<BIO> b(BIO_new(BIO_s_mem()));
+  if (!b || PEM_write_bio_PrivateKey(b.get(), k, nullptr, nullptr, 0, nullptr, nullptr) != 1)
+    return Internal("cannot write a key as PEM");
+  return BioText(b.get());
+}
+
+// Writes a key and its certificate as new files.
+Status WritePair(const std::string& key_path, EVP_PKEY* key, const std::string& cert_path, X509* cert) {
+  auto key_pem = KeyPem(key);
+  if (!key_pem.ok()) return key_pem.status();
+  auto cert_pem = CertPem(cert);
+  if (!cert_pem.ok()) return cert_pem.status();
+  FD_RETURN_IF_ERROR(WriteNew(key_path, *key_pem, 0600));
+  return WriteNew(cert_path, *cert_pem, 0644);
 }
 
 StatusOr<std::string> ReadAll(const std::string& path) {
@@ -130,9 +145,16 @@ StatusOr<CertFiles> MakeCerts(const std::string& dir, const std::vector<std::str
       return InvalidArgument("certs: --host '" + h + "' is not a host name or address");
     san += (san.empty() ? "" : ",") + std::string(IsIpAddress(h) ? "IP:" : "DNS:") + h;
   }
+  // A new folder is this user's alone; an existing one keeps its mode (the
+  // keys in it are 0600 either way).
   std::string err;
-  if (!MakePrivateDir(dir, &err)) return Internal(err);
+  if (::access(dir.c_str(), F_OK) != 0 && !MakePrivateDir(dir, &err)) return Internal(err);
   CertFiles f{dir + "/ca.pem", dir + "/ca.key", dir + "/server.pem", dir + "/server.key"};
+  for (const std::string& p : {f.server_cert, f.server_key})
+    if (::access(p.c_str(), F_OK) == 0)
+      return FailedPrecondition(p +
+                                " exists: certs never overwrites a file (remove the server pair, or pick "
+                                "another --out)");
 
   // The CA: the one already there, else a new one.
   Own<EVP_PKEY> ca_key;
@@ -149,6 +171,14 @@ StatusOr<CertFiles> MakeCerts(const std::string& dir, const std::vector<std::str
     ca_key.reset(PEM_read_bio_PrivateKey(b.get(), nullptr, nullptr, nullptr));
     if (!ca_key || X509_check_private_key(ca.get(), ca_key.get()) != 1)
       return InvalidArgument(f.ca_key + " is not the key of " + f.ca_cert);
+    if (X509_check_ca(ca.get()) <= 0) return InvalidArgument(f.ca_cert + " is not a CA certificate");
+    int left_days = 0, left_s = 0;
+    // Made with the same --days moments ago is fine (the pair ends with the
+    // CA); a day or more short is not what was asked for.
+    if (ASN1_TIME_diff(&left_days, &left_s, nullptr, X509_get0_notAfter(ca.get())) != 1 ||
+        left_days < days - 1)
+      return FailedPrecondition(f.ca_cert + " expires in fewer than " + std::to_string(days) +
+                                " days: ask for fewer --days, or make a new CA in another --out");
   } else {
     ca_key.reset(EVP_EC_gen("P-256"));
     if (!ca_key) return Internal("cannot make a P-256 key (OpenSSL)");
@@ -158,21 +188,20 @@ StatusOr<CertFiles> MakeCerts(const std::string& dir, const std::vector<std::str
                          {NID_subject_key_identifier, "hash"}});
     if (!made.ok()) return made.status();
     ca = std::move(made).value();
-    FD_RETURN_IF_ERROR(WriteNew(f.ca_key, KeyPem(ca_key.get()), 0600));
-    FD_RETURN_IF_ERROR(WriteNew(f.ca_cert, CertPem(ca.get()), 0644));
+    FD_RETURN_IF_ERROR(WritePair(f.ca_key, ca_key.get(), f.ca_cert, ca.get()));
   }
 
   Own<EVP_PKEY> key(EVP_EC_gen("P-256"));
   if (!key) return Internal("cannot make a P-256 key (OpenSSL)");
-  auto server = NewCert(key.get(), hosts.front(), ca.get(), ca_key.get(), days,
+  // The names are in the SANs; an ECDSA key signs, it enciphers nothing.
+  auto server = NewCert(key.get(), "firedrill controller", ca.get(), ca_key.get(), days,
                         {{NID_basic_constraints, "critical,CA:FALSE"},
-                         {NID_key_usage, "critical,digitalSignature,keyEncipherment"},
+                         {NID_key_usage, "critical,digitalSignature"},
                          {NID_ext_key_usage, "serverAuth"},
                          {NID_subject_alt_name, san},
                          {NID_authority_key_identifier, "keyid"}});
   if (!server.ok()) return server.status();
-  FD_RETURN_IF_ERROR(WriteNew(f.server_key, KeyPem(key.get()), 0600));
-  FD_RETURN_IF_ERROR(WriteNew(f.server_cert, CertPem(server->get()), 0644));
+  FD_RETURN_IF_ERROR(WritePair(f.server_key, key.get(), f.server_cert, server->get()));
   return f;
 }
 
@@ -190,7 +219,9 @@ StatusOr<std::vector<std::string>> CertNames(const std::string& cert_pem) {
     } else if (n->type == GEN_IPADD) {
       const int len = ASN1_STRING_length(n->d.iPAddress);
       char text[INET6_ADDRSTRLEN] = {0};
-      inet_ntop(len == 4 ? AF_INET : AF_INET6, ASN1_STRING_get0_data(n->d.iPAddress), text, sizeof(text));
+      if ((len != 4 && len != 16) || !inet_ntop(len == 4 ? AF_INET : AF_INET6,
+                                                ASN1_STRING_get0_data(n->d.iPAddress), text, sizeof(text)))
+        return InvalidArgument("a certificate's IP address name has " + std::to_string(len) + " bytes");
       out.push_back("IP:" + std::string(text));
     }
   }

@@ -1,9 +1,12 @@
 #include "cli/client.h"
 
+#include <arpa/inet.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
+#include "cli/local_controller.h"
 #include "google/rpc/status.pb.h"
 
 namespace firedrill::cli {
@@ -67,6 +70,12 @@ template <typename Req, typename Resp>
 StatusOr<Resp> DrillClient::Call(grpc::Status (v1::Drill::Stub::*fn)(grpc::ClientContext*, const Req&, Resp*),
                                  const Req& req, std::chrono::milliseconds deadline) {
   if (!setup_.ok()) return setup_;
+  if (!token_.empty() && !tls_ && !IsLoopbackAddress(address_)) {
+    // A token is a credential: never readable on a network.
+    return FailedPrecondition(
+        "refusing to send a token in plaintext to " + address_ +
+        ": that controller must speak TLS (--tls-ca names the CA that signed its certificate)");
+  }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + deadline);
   if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
@@ -186,6 +195,16 @@ StatusOr<v1::ListTokensResponse> DrillClient::ListTokens() {
   return Call(&v1::Drill::Stub::ListTokens, v1::ListTokensRequest(), deadline_);
 }
 
+bool IsLoopbackAddress(const std::string& address) {
+  if (address.rfind("unix:", 0) == 0) return true;
+  std::string host = address.substr(0, address.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  in_addr v4{};
+  // 127.0.0.0/8 as an address, not a name that starts "127.".
+  return host == "localhost" || host == "::1" ||
+         (inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127);
+}
+
 std::string OwnerTokenFile(const std::string& state_dir) { return state_dir + "/owner.token"; }
 
 namespace {
@@ -214,7 +233,10 @@ StatusOr<std::string> ResolveToken(const std::string& token_file, const std::str
     return t;
   }
   if (const char* env = std::getenv("FIREDRILL_TOKEN"); env && *env) return std::string(env);
-  if (FirstLine(state_dir + "/controller.addr", &readable) != controller) return std::string();
+  // Only to the live controller that wrote it: a controller.addr a crash
+  // left behind must not send the owner token to whoever binds that port.
+  if (FirstLine(state_dir + "/controller.addr", &readable) != controller || !RunningControllerPid(state_dir))
+    return std::string();
   return ReadOwnerToken(state_dir);
 }
 

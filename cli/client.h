@@ -66,6 +66,9 @@ class DrillClient {
   std::unique_ptr<v1::Drill::Stub> stub_;
 };
 
+// True for a unix: address and a host of 127.x, ::1 or localhost: where a
+// token may travel without TLS (a client refuses to send one elsewhere).
+bool IsLoopbackAddress(const std::string& address);
 // <state_dir>/owner.token: the owner token a controller of that state dir
 // wrote for the local CLI.
 std::string OwnerTokenFile(const std::string& state_dir);
@@ -73,9 +76,10 @@ std::string OwnerTokenFile(const std::string& state_dir);
 std::string ReadOwnerToken(const std::string& state_dir);
 // The token a command presents: the first line of `token_file` if one is
 // given (an error if it cannot be read), else $FIREDRILL_TOKEN, else the
-// owner token of `state_dir` if this user can read it and the controller
-// that wrote it serves `controller` (its controller.addr says so: the owner
-// token is never sent to another address), else "".
+// owner token of `state_dir` if this user can read it and the live
+// controller of that state dir (controller.pid) serves `controller` (its
+// controller.addr says so: the owner token is never sent to another
+// address), else "".
 StatusOr<std::string> ResolveToken(const std::string& token_file, const std::string& state_dir,
                                    const std::string& controller);
 

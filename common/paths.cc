@@ -77,9 +77,16 @@ int WriteNewFile(const std::string& path, const std::string& text, unsigned mode
   if (fd < 0) return errno;
   // The mode as asked, whatever the umask.
   int err = ::fchmod(fd, mode) == 0 ? 0 : errno;
-  if (err == 0 && ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
-    err = errno ? errno : EIO;
+  for (size_t done = 0; err == 0 && done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n == 0 || errno != EINTR) {
+      err = n == 0 ? EIO : errno;
+    }
+  }
   if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) ::unlink(path.c_str());  // never half a file where a whole one is expected
   return err;
 }
 

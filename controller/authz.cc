@@ -105,16 +105,35 @@ Status Gatekeeper::Init(const std::string& owner_token_file) {
     std::getline(in, token);
   }
   if (auto g = book_.Find(token); g && Has(*g, kRoleOwner)) return Status::Ok();
+  // A new owner token replaces every earlier one: deleting the file and
+  // restarting is how a leaked owner token is revoked.
+  FD_RETURN_IF_ERROR(RevokeWhere([](const Grant& g) { return Has(g, kRoleOwner); }).status());
   Grant owner;
   owner.name = "owner";
   owner.roles = kRoleOwner;
   owner.issued_ms = UnixNowMs();
-  std::string digest;
-  token = book_.Issue(owner, &digest);
-  FD_RETURN_IF_ERROR(store_->SaveGrant(digest, owner));
+  const std::string digest_of_new = TokenDigest(token = NewToken());
+  FD_RETURN_IF_ERROR(store_->SaveGrant(digest_of_new, owner));
+  book_.Restore(digest_of_new, owner);
   FD_RETURN_IF_ERROR(WritePrivateFile(owner_token_file, token + "\n"));
-  spdlog::info("a new owner token is in {} (the CLI reads it from there)", owner_token_file);
+  spdlog::info("a new owner token is in {} (the CLI reads it from there; earlier owner tokens are revoked)",
+               owner_token_file);
   return Status::Ok();
+}
+
+StatusOr<int> Gatekeeper::RevokeWhere(const std::function<bool(const Grant&)>& which) {
+  // The store first: a revocation the store did not take would come back
+  // to life at the next start.
+  int n = 0;
+  for (const auto& [digest, g] : book_.All()) {
+    if (g.revoked || !which(g)) continue;
+    Grant revoked = g;
+    revoked.revoked = true;
+    FD_RETURN_IF_ERROR(store_->SaveGrant(digest, revoked));
+    book_.Restore(digest, revoked);
+    ++n;
+  }
+  return n;
 }
 
 StatusOr<Grant> Gatekeeper::Authenticate(std::string_view header) const {
@@ -138,24 +157,27 @@ StatusOr<std::string> Gatekeeper::Issue(Grant grant) {
       return InvalidArgument("a token's name has a control character; use letters, digits, '-', '.', '@'");
   if (grant.roles == 0) return InvalidArgument("a token needs at least one role (--role)");
   if (Has(grant, kRoleOwner)) return PermissionDenied("there is one owner token: the one in the state dir");
+  if (Has(grant, kRoleCandidate) && grant.roles != kRoleCandidate)
+    return InvalidArgument("a candidate token holds no other role: a candidate sees only their exam");
   if (Has(grant, kRoleCandidate) && grant.exam_id.empty())
     return InvalidArgument("a candidate token belongs to one exam: give its exam id");
   if (Has(grant, kTeamRoles) && grant.session.empty())
     return InvalidArgument(
         "team roles (commander, investigator, scribe, comms) belong to one session: give its id");
   std::lock_guard<std::mutex> lock(issue_mu_);
+  // Sessions and audit records name their token's holder: a name, once
+  // issued, is never another person's, even after it is revoked.
   for (const auto& [d, g] : book_.All())
-    if (g.name == grant.name && !g.revoked)
-      return AlreadyExists("a live token is already named '" + grant.name +
-                           "'; revoke it first or pick another name");
+    if (g.name == grant.name)
+      return AlreadyExists("a token named '" + grant.name + "' was issued already" +
+                           (g.revoked ? " (and revoked)" : "") +
+                           "; names are never reused (sessions and audit records name them): pick another");
   grant.issued_ms = UnixNowMs();
   grant.revoked = false;
-  std::string digest;
-  std::string token = book_.Issue(grant, &digest);
-  if (Status st = store_->SaveGrant(digest, grant); !st.ok()) {
-    book_.Revoke(grant.name);  // never a live token the store does not know
-    return st;
-  }
+  const std::string token = NewToken();
+  const std::string digest = TokenDigest(token);
+  FD_RETURN_IF_ERROR(store_->SaveGrant(digest, grant));  // stored before it works
+  book_.Restore(digest, grant);
   return token;
 }
 
@@ -165,19 +187,10 @@ StatusOr<int> Gatekeeper::Revoke(const std::string& name) {
     if (g.name == name && !g.revoked && Has(g, kRoleOwner))
       return PermissionDenied(
           "the owner token is not revoked over the API: delete <state-dir>/owner.token and "
-          "restart the controller, which writes a new one");
-  int n = 0;
-  const auto all = book_.All();
-  for (const std::string& digest : book_.Revoke(name)) {
-    for (const auto& [d, g] : all) {
-      if (d != digest) continue;
-      Grant revoked = g;
-      revoked.revoked = true;
-      FD_RETURN_IF_ERROR(store_->SaveGrant(d, revoked));
-      ++n;
-    }
-  }
-  if (n == 0) return NotFound("no live token is named '" + name + "'; `firedrill token list` shows them");
+          "restart the controller, which writes a new one and revokes the old");
+  auto n = RevokeWhere([&](const Grant& g) { return g.name == name; });
+  if (!n.ok()) return n.status();
+  if (*n == 0) return NotFound("no live token is named '" + name + "'; `firedrill token list` shows them");
   return n;
 }
 

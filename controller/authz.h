@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -59,13 +60,14 @@ class Gatekeeper {
   explicit Gatekeeper(Store* store) : store_(store) {}
   // Loads the stored grants and makes sure `owner_token_file` holds a live
   // owner token (a new one, mode 0600, when it is missing, unreadable or
-  // revoked).
+  // revoked; every earlier owner token is then revoked).
   Status Init(const std::string& owner_token_file);
   // The grant of the presented "authorization" value; Unauthenticated
   // saying what to do when there is none or it is unknown or revoked.
   StatusOr<Grant> Authenticate(std::string_view header) const;
-  // A new token for `grant` (name unique among live tokens), stored as its
-  // digest; the token itself is returned once.
+  // A new token for `grant` (a name never issued before, and a candidate
+  // holds no other role), stored as its digest before it works; the token
+  // itself is returned once.
   StatusOr<std::string> Issue(Grant grant);
   // Revokes every live token named `name`; NotFound if there is none. The
   // owner token is not revoked here (delete the file and restart).
@@ -73,6 +75,9 @@ class Gatekeeper {
   std::vector<Grant> List() const;
 
  private:
+  // Revokes the live grants `which` picks, each stored before it takes
+  // effect; how many.
+  StatusOr<int> RevokeWhere(const std::function<bool(const Grant&)>& which);
   Store* store_;
   TokenBook book_;
   std::mutex issue_mu_;  // a name check and its issue are one step

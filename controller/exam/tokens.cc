@@ -67,8 +67,10 @@ StatusOr<uint32_t> ParseRoles(const std::string& text) {
 
 std::string TokenDigest(const std::string& token) { return Sha256Hex("firedrill token\n" + token); }
 
+std::string NewToken() { return "fdt_" + HexEncode(RandomBytes(32)); }
+
 std::string TokenBook::Issue(const Grant& grant, std::string* digest) {
-  const std::string token = "fdt_" + HexEncode(RandomBytes(32));
+  const std::string token = NewToken();
   const std::string d = TokenDigest(token);
   {
     std::lock_guard<std::mutex> lock(mu_);

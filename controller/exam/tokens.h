@@ -18,10 +18,10 @@ namespace firedrill::controller {
 // What a token may do. One person may hold several roles.
 enum Role : uint32_t {
   kRoleOwner = 1u << 0,         // whoever started the controller: every call
-  kRoleLearner = 1u << 1,       // practice sessions of their own
+  kRoleLearner = 1u << 1,       // practice sessions of their own (chosen seeds too)
   kRoleCandidate = 1u << 2,     // one exam's items, their own only
   kRoleProctor = 1u << 3,       // exams: create, issue, watch, results, rescore
-  kRoleInstructor = 1u << 4,    // scenarios: validate, the autopilot, chosen seeds
+  kRoleInstructor = 1u << 4,    // scenarios: validate, the autopilot
   kRoleCommander = 1u << 5,     // a team session: the only one who fixes or resolves
   kRoleInvestigator = 1u << 6,  // a team session: tools, proposed diagnoses
   kRoleScribe = 1u << 7,        // a team session: the timeline
@@ -47,6 +47,8 @@ struct Grant {
 
 // The stored digest of a token (hex SHA-256).
 std::string TokenDigest(const std::string& token);
+// A new token: "fdt_" and 64 hex digits (32 random bytes).
+std::string NewToken();
 
 class TokenBook {
  public:

@@ -119,6 +119,13 @@ TEST_F(GatekeeperTest, TheOwnerTokenIsWrittenOnceForItsUserAlone) {
   ASSERT_TRUE(third.Init(dir_ + "/owner.token").ok());
   EXPECT_NE(ReadToken(), token);
   EXPECT_TRUE(third.Authenticate("Bearer " + ReadToken()).ok());
+  // Replacing the file is how a leaked owner token is revoked: the old one
+  // stops working, now and after a restart.
+  EXPECT_EQ(third.Authenticate("Bearer " + token).status().code(), StatusCode::kUnauthenticated);
+  Gatekeeper fourth(store_.get());
+  ASSERT_TRUE(fourth.Init(dir_ + "/owner.token").ok());
+  EXPECT_EQ(fourth.Authenticate("Bearer " + token).status().code(), StatusCode::kUnauthenticated);
+  EXPECT_TRUE(fourth.Authenticate("Bearer " + ReadToken()).ok());
 }
 
 TEST_F(GatekeeperTest, UnknownRevokedAndMissingTokensAreUnauthenticated) {
@@ -138,6 +145,13 @@ TEST_F(GatekeeperTest, UnknownRevokedAndMissingTokensAreUnauthenticated) {
   EXPECT_EQ(*n, 1);
   EXPECT_EQ(g.Authenticate("Bearer " + *t).status().code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(g.Revoke("alice").status().code(), StatusCode::kNotFound);
+  // A name is never another holder's: sessions and audit records name it.
+  EXPECT_EQ(g.Issue(alice).status().code(), StatusCode::kAlreadyExists);
+  // A candidate holds no other role (it would open the catalogue and
+  // practice sessions to a candidate).
+  Grant both = G("carl", kRoleCandidate | kRoleLearner);
+  both.exam_id = "e1";
+  EXPECT_EQ(g.Issue(both).status().code(), StatusCode::kInvalidArgument);
   // The revocation is stored: a restarted controller refuses it too.
   Gatekeeper later(store_.get());
   ASSERT_TRUE(later.Init(dir_ + "/owner.token").ok());

@@ -86,5 +86,21 @@ TEST_F(CertsTest, BadArgumentsAreNamed) {
   EXPECT_NE(half.status().message().find("without the other"), std::string::npos) << half.status().message();
 }
 
+TEST_F(CertsTest, AHalfServerPairOrACaThatExpiresTooSoonIsRefusedBeforeAnythingIsWritten) {
+  auto first = MakeCerts(dir_, {"localhost"}, 2);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  fs::remove(first->server_key);
+  auto half = MakeCerts(dir_, {"localhost"}, 2);
+  ASSERT_FALSE(half.ok());
+  EXPECT_FALSE(fs::exists(first->server_key));  // no key written beside a certificate it does not match
+  fs::remove(first->server_cert);
+  // The CA has 2 days left: a 30-day server certificate would outlive it.
+  auto longer = MakeCerts(dir_, {"localhost"}, 30);
+  ASSERT_FALSE(longer.ok());
+  EXPECT_NE(longer.status().message().find("expires"), std::string::npos) << longer.status().message();
+  EXPECT_FALSE(fs::exists(first->server_cert));
+  EXPECT_TRUE(MakeCerts(dir_, {"localhost"}, 1).ok());
+}
+
 }  // namespace
 }  // namespace firedrill::cli

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -296,6 +298,53 @@ TEST(ContextTest, WhatUpStartedIsFoundAgainWithoutFlags) {
   EXPECT_EQ(ctx.state_dir, "/from-env");
   unsetenv("FIREDRILL_STATE_DIR");
   unsetenv("XDG_CONFIG_HOME");
+  std::filesystem::remove_all(tmpl);
+}
+
+// A token is never sent in plaintext off this machine: the call fails before
+// anything goes on the wire (10.255.255.1 answers nothing; the refusal is
+// immediate, not a timeout).
+TEST(ClientTokens, ATokenIsNotSentInPlaintextOffLoopback) {
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.1:50071"));
+  EXPECT_TRUE(IsLoopbackAddress("127.3.2.1:1"));
+  EXPECT_TRUE(IsLoopbackAddress("localhost:50071"));
+  EXPECT_TRUE(IsLoopbackAddress("[::1]:50071"));
+  EXPECT_TRUE(IsLoopbackAddress("unix:/tmp/x.sock"));
+  EXPECT_FALSE(IsLoopbackAddress("10.255.255.1:50071"));
+  EXPECT_FALSE(IsLoopbackAddress("drills.example.org:50071"));
+  EXPECT_FALSE(IsLoopbackAddress("127.0.0.1.example.org:50071"));
+
+  DrillClient remote("10.255.255.1:50071", std::chrono::seconds(30));
+  remote.SetToken("fdt_0123");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = remote.WhoAmI();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("refusing to send a token in plaintext"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  // Without a token nothing is refused here (the controller refuses it).
+  DrillClient local(kDeadAddress, std::chrono::seconds(2));
+  local.SetToken("fdt_0123");
+  EXPECT_EQ(local.WhoAmI().status().code(), StatusCode::kUnavailable);
+}
+
+// The state dir's owner token goes only to the live controller that wrote
+// that state dir's controller.addr.
+TEST(ClientTokens, TheOwnerTokenGoesOnlyToTheLiveControllerThatWroteIt) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "fd_token_test.XXXXXX").string();
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  std::ofstream(tmpl + "/owner.token") << "fdt_owner\n";
+  std::ofstream(tmpl + "/controller.addr") << "127.0.0.1:50999\n";
+  unsetenv("FIREDRILL_TOKEN");
+  // No live controller.pid (a crash left controller.addr behind): none.
+  auto none = ResolveToken("", tmpl, "127.0.0.1:50999");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, "");
+  std::ofstream(tmpl + "/given.token") << "fdt_given\n";
+  auto given = ResolveToken(tmpl + "/given.token", tmpl, "127.0.0.1:50999");
+  ASSERT_TRUE(given.ok());
+  EXPECT_EQ(*given, "fdt_given");
+  EXPECT_FALSE(ResolveToken(tmpl + "/missing.token", tmpl, "127.0.0.1:50999").ok());
   std::filesystem::remove_all(tmpl);
 }
 
