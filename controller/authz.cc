@@ -149,7 +149,8 @@ StatusOr<Grant> Gatekeeper::Authenticate(std::string_view header) const {
       "the controller for a new one");
 }
 
-StatusOr<std::string> Gatekeeper::Issue(Grant grant) {
+StatusOr<std::string> Gatekeeper::Issue(Grant* issued) {
+  Grant& grant = *issued;
   if (grant.name.empty()) return InvalidArgument("a token needs a name (--name): the audit trail shows it");
   if (grant.name.size() > 64) return InvalidArgument("a token's name is at most 64 characters");
   for (unsigned char c : grant.name)

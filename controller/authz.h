@@ -67,8 +67,8 @@ class Gatekeeper {
   StatusOr<Grant> Authenticate(std::string_view header) const;
   // A new token for `grant` (a name never issued before, and a candidate
   // holds no other role), stored as its digest before it works; the token
-  // itself is returned once.
-  StatusOr<std::string> Issue(Grant grant);
+  // itself is returned once; `grant` is left as issued (its time).
+  StatusOr<std::string> Issue(Grant* grant);
   // Revokes every live token named `name`; NotFound if there is none. The
   // owner token is not revoked here (delete the file and restart).
   StatusOr<int> Revoke(const std::string& name);

@@ -220,11 +220,10 @@ grpc::Status DrillService::IssueToken(grpc::ServerContext* ctx, const v1::IssueT
     auto owner = sessions_->OwnerOf(g.session);
     if (!owner.ok()) return ToGrpc(owner.status());
   }
-  auto token = gate_->Issue(g);
+  auto token = gate_->Issue(&g);
   if (!token.ok()) return ToGrpc(token.status());
   out->set_token(*token);
-  for (const Grant& issued : gate_->List())
-    if (issued.name == g.name && !issued.revoked) FillTokenInfo(issued, out->mutable_info());
+  FillTokenInfo(g, out->mutable_info());
   return grpc::Status::OK;
 }
 

@@ -135,10 +135,10 @@ TEST_F(GatekeeperTest, UnknownRevokedAndMissingTokensAreUnauthenticated) {
   EXPECT_EQ(g.Authenticate("Bearer fdt_0000").status().code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(g.Authenticate(ReadToken()).status().code(), StatusCode::kUnauthenticated);  // no scheme
   Grant alice = G("alice", kRoleLearner);
-  auto t = g.Issue(alice);
+  auto t = g.Issue(&alice);
   ASSERT_TRUE(t.ok()) << t.status().message();
   EXPECT_TRUE(g.Authenticate("Bearer " + *t).ok());
-  EXPECT_EQ(g.Issue(alice).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(g.Issue(&alice).status().code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(g.Revoke("owner").status().code(), StatusCode::kPermissionDenied);
   auto n = g.Revoke("alice");
   ASSERT_TRUE(n.ok());
@@ -146,12 +146,12 @@ TEST_F(GatekeeperTest, UnknownRevokedAndMissingTokensAreUnauthenticated) {
   EXPECT_EQ(g.Authenticate("Bearer " + *t).status().code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(g.Revoke("alice").status().code(), StatusCode::kNotFound);
   // A name is never another holder's: sessions and audit records name it.
-  EXPECT_EQ(g.Issue(alice).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(g.Issue(&alice).status().code(), StatusCode::kAlreadyExists);
   // A candidate holds no other role (it would open the catalogue and
   // practice sessions to a candidate).
   Grant both = G("carl", kRoleCandidate | kRoleLearner);
   both.exam_id = "e1";
-  EXPECT_EQ(g.Issue(both).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(g.Issue(&both).status().code(), StatusCode::kInvalidArgument);
   // The revocation is stored: a restarted controller refuses it too.
   Gatekeeper later(store_.get());
   ASSERT_TRUE(later.Init(dir_ + "/owner.token").ok());
