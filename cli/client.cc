@@ -66,9 +66,7 @@ Status DrillClient::FromGrpc(const grpc::Status& st) const {
   return Status(static_cast<StatusCode>(st.error_code()), st.error_message());
 }
 
-template <typename Req, typename Resp>
-StatusOr<Resp> DrillClient::Call(grpc::Status (v1::Drill::Stub::*fn)(grpc::ClientContext*, const Req&, Resp*),
-                                 const Req& req, std::chrono::milliseconds deadline) {
+Status DrillClient::Prepare(grpc::ClientContext* ctx) const {
   if (!setup_.ok()) return setup_;
   if (!token_.empty() && !tls_ && !IsLoopbackAddress(address_)) {
     // A token is a credential: never readable on a network.
@@ -76,9 +74,16 @@ StatusOr<Resp> DrillClient::Call(grpc::Status (v1::Drill::Stub::*fn)(grpc::Clien
         "refusing to send a token in plaintext to " + address_ +
         ": that controller must speak TLS (--tls-ca names the CA that signed its certificate)");
   }
+  if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
+  return Status::Ok();
+}
+
+template <typename Req, typename Resp>
+StatusOr<Resp> DrillClient::Call(grpc::Status (v1::Drill::Stub::*fn)(grpc::ClientContext*, const Req&, Resp*),
+                                 const Req& req, std::chrono::milliseconds deadline) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + deadline);
-  if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
+  if (Status st = Prepare(&ctx); !st.ok()) return st;
   Resp resp;
   grpc::Status st = ((*stub_).*fn)(&ctx, req, &resp);
   if (!st.ok()) return FromGrpc(st);
@@ -193,6 +198,115 @@ StatusOr<v1::RevokeTokenResponse> DrillClient::RevokeToken(const std::string& na
 
 StatusOr<v1::ListTokensResponse> DrillClient::ListTokens() {
   return Call(&v1::Drill::Stub::ListTokens, v1::ListTokensRequest(), deadline_);
+}
+
+StatusOr<v1::ExamInfo> DrillClient::CreateExam(const std::string& yaml, const std::string& filename) {
+  v1::CreateExamRequest req;
+  req.set_yaml(yaml);
+  req.set_filename(filename);
+  return Call(&v1::Drill::Stub::CreateExam, req, deadline_);
+}
+
+StatusOr<v1::ListExamsResponse> DrillClient::ListExams() {
+  return Call(&v1::Drill::Stub::ListExams, v1::ListExamsRequest(), deadline_);
+}
+
+StatusOr<v1::IssueTokenResponse> DrillClient::IssueCandidate(const std::string& exam_id,
+                                                             const std::string& name) {
+  v1::IssueCandidateRequest req;
+  req.set_exam_id(exam_id);
+  req.set_name(name);
+  return Call(&v1::Drill::Stub::IssueCandidate, req, deadline_);
+}
+
+StatusOr<v1::SittingInfo> DrillClient::StartSitting() {
+  return Call(&v1::Drill::Stub::StartSitting, v1::StartSittingRequest(), deadline_);
+}
+
+StatusOr<v1::SittingInfo> DrillClient::GetSitting(const v1::GetSittingRequest& req) {
+  return Call(&v1::Drill::Stub::GetSitting, req, deadline_);
+}
+
+StatusOr<v1::SessionInfo> DrillClient::OpenItem(int item, bool new_attempt) {
+  v1::OpenItemRequest req;
+  req.set_item(item);
+  req.set_new_attempt(new_attempt);
+  return Call(&v1::Drill::Stub::OpenItem, req, deadline_);
+}
+
+StatusOr<v1::SittingInfo> DrillClient::FinishSitting(std::chrono::milliseconds deadline) {
+  return Call(&v1::Drill::Stub::FinishSitting, v1::FinishSittingRequest(), deadline);
+}
+
+StatusOr<v1::ExamResultResponse> DrillClient::GetExamResult(const v1::GetExamResultRequest& req) {
+  return Call(&v1::Drill::Stub::GetExamResult, req, deadline_);
+}
+
+StatusOr<v1::ExamResultResponse> DrillClient::RescoreItem(const v1::RescoreItemRequest& req) {
+  return Call(&v1::Drill::Stub::RescoreItem, req, deadline_);
+}
+
+StatusOr<v1::ExamPublicKey> DrillClient::GetExamPublicKey() {
+  return Call(&v1::Drill::Stub::GetExamPublicKey, v1::GetExamPublicKeyRequest(), deadline_);
+}
+
+StatusOr<v1::ExportAuditResponse> DrillClient::ExportAudit(const std::string& exam_id,
+                                                           const std::string& candidate) {
+  v1::ExportAuditRequest req;
+  req.set_exam_id(exam_id);
+  req.set_candidate(candidate);
+  return Call(&v1::Drill::Stub::ExportAudit, req, deadline_);
+}
+
+template <typename Req, typename Resp>
+Status DrillClient::Stream(
+    std::unique_ptr<grpc::ClientReader<Resp>> (v1::Drill::Stub::*fn)(grpc::ClientContext*, const Req&),
+    const Req& req, const std::function<bool(const Resp&)>& each) {
+  grpc::ClientContext ctx;  // no deadline: a stream lasts as long as the session
+  if (Status st = Prepare(&ctx); !st.ok()) return st;
+  auto reader = ((*stub_).*fn)(&ctx, req);
+  Resp msg;
+  while (reader->Read(&msg)) {
+    if (!each(msg)) {
+      ctx.TryCancel();
+      break;
+    }
+  }
+  grpc::Status st = reader->Finish();
+  if (st.error_code() == grpc::StatusCode::CANCELLED) return Status::Ok();
+  return st.ok() ? Status::Ok() : FromGrpc(st);
+}
+
+StatusOr<v1::TimelineItem> DrillClient::PostTimeline(const std::string& session_id, const std::string& kind,
+                                                     const std::string& text) {
+  v1::PostTimelineRequest req;
+  req.set_session_id(session_id);
+  req.set_kind(kind);
+  req.set_text(text);
+  return Call(&v1::Drill::Stub::PostTimeline, req, deadline_);
+}
+
+Status DrillClient::WatchTimeline(const std::string& session_id, bool follow, int64_t after_seq,
+                                  const std::function<bool(const v1::TimelineItem&)>& each) {
+  v1::WatchTimelineRequest req;
+  req.set_session_id(session_id);
+  req.set_follow(follow);
+  req.set_after_seq(after_seq);
+  return Stream(&v1::Drill::Stub::WatchTimeline, req, each);
+}
+
+Status DrillClient::WatchStatus(const std::string& session_id, int interval_ms,
+                                const std::function<bool(const v1::SessionStatus&)>& each) {
+  v1::WatchStatusRequest req;
+  req.set_session_id(session_id);
+  req.set_interval_ms(interval_ms);
+  return Stream(&v1::Drill::Stub::WatchStatus, req, each);
+}
+
+StatusOr<v1::PostmortemResponse> DrillClient::GetPostmortem(const std::string& session_id) {
+  v1::GetPostmortemRequest req;
+  req.set_session_id(session_id);
+  return Call(&v1::Drill::Stub::GetPostmortem, req, deadline_);
 }
 
 bool IsLoopbackAddress(const std::string& address) {

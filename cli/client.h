@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -50,12 +51,41 @@ class DrillClient {
   StatusOr<v1::IssueTokenResponse> IssueToken(const v1::IssueTokenRequest& req);
   StatusOr<v1::RevokeTokenResponse> RevokeToken(const std::string& name);
   StatusOr<v1::ListTokensResponse> ListTokens();
+  // Exams.
+  StatusOr<v1::ExamInfo> CreateExam(const std::string& yaml, const std::string& filename);
+  StatusOr<v1::ListExamsResponse> ListExams();
+  StatusOr<v1::IssueTokenResponse> IssueCandidate(const std::string& exam_id, const std::string& name);
+  StatusOr<v1::SittingInfo> StartSitting();
+  StatusOr<v1::SittingInfo> GetSitting(const v1::GetSittingRequest& req);
+  StatusOr<v1::SessionInfo> OpenItem(int item, bool new_attempt);
+  // Ends every open item (each is scored): give it minutes.
+  StatusOr<v1::SittingInfo> FinishSitting(std::chrono::milliseconds deadline);
+  StatusOr<v1::ExamResultResponse> GetExamResult(const v1::GetExamResultRequest& req);
+  StatusOr<v1::ExamResultResponse> RescoreItem(const v1::RescoreItemRequest& req);
+  StatusOr<v1::ExamPublicKey> GetExamPublicKey();
+  StatusOr<v1::ExportAuditResponse> ExportAudit(const std::string& exam_id, const std::string& candidate);
+  // Team drills.
+  StatusOr<v1::TimelineItem> PostTimeline(const std::string& session_id, const std::string& kind,
+                                          const std::string& text);
+  // Streams: `each` is called per message until the stream ends or it
+  // returns false (then the stream is cancelled).
+  Status WatchTimeline(const std::string& session_id, bool follow, int64_t after_seq,
+                       const std::function<bool(const v1::TimelineItem&)>& each);
+  Status WatchStatus(const std::string& session_id, int interval_ms,
+                     const std::function<bool(const v1::SessionStatus&)>& each);
+  StatusOr<v1::PostmortemResponse> GetPostmortem(const std::string& session_id);
 
  private:
   template <typename Req, typename Resp>
   StatusOr<Resp> Call(grpc::Status (v1::Drill::Stub::*fn)(grpc::ClientContext*, const Req&, Resp*), const Req& req,
                       std::chrono::milliseconds deadline);
   Status FromGrpc(const grpc::Status& st) const;
+  // Refuses a token in plaintext off loopback; sets the token on `ctx`.
+  Status Prepare(grpc::ClientContext* ctx) const;
+  template <typename Req, typename Resp>
+  Status Stream(std::unique_ptr<grpc::ClientReader<Resp>> (v1::Drill::Stub::*fn)(grpc::ClientContext*,
+                                                                                 const Req&),
+                const Req& req, const std::function<bool(const Resp&)>& each);
 
   std::string address_;
   std::chrono::milliseconds deadline_;

@@ -25,6 +25,7 @@
 #include "cli/output.h"
 #include "cli/probe.h"
 #include "cli/scenario_tools.h"
+#include "cli/team_commands.h"
 #include "cli/token_commands.h"
 #include "cli/trace.h"
 #include "common/paths.h"
@@ -115,24 +116,24 @@ int CmdLogs(CliContext& ctx, DrillClient& client, const std::string& id, int ran
 int CmdTop(CliContext& ctx, DrillClient& client, const std::string& id, double delay_s, int frames) {
   if (!(delay_s >= 0.2 && delay_s <= 3600)) return Fail(ctx, InvalidArgument("--delay must be 0.2..3600 seconds"));
   const bool terminal = ctx.out == &std::cout && isatty(STDOUT_FILENO);
-  for (int frame = 1;; ++frame) {
-    auto st = client.GetStatus(id);
-    if (!st.ok()) return Fail(ctx, st.status());
+  // A stream: every viewer of a session shares one status a refresh.
+  int frame = 0;
+  Status st = client.WatchStatus(id, static_cast<int>(delay_s * 1000), [&](const v1::SessionStatus& s) {
+    ++frame;
     if (ctx.json) {
-      *ctx.out << ToJsonLine(*st) << "\n";  // one object per line
+      *ctx.out << ToJsonLine(s) << "\n";  // one object per line
     } else {
       const std::time_t now = std::time(nullptr);
       char clock[16];
       std::strftime(clock, sizeof clock, "%H:%M:%S", std::localtime(&now));
       *ctx.out << (terminal ? "\033[H\033[2J" : frame > 1 ? "\n" : "") << "firedrill top - " << clock
                << " - every " << delay_s << " s" << (terminal ? " (Ctrl-C to quit)" : "") << "\n";
-      PrintStatus(*st, *ctx.out);
+      PrintStatus(s, *ctx.out);
     }
     ctx.out->flush();
-    const std::string& state = st->session().state();
-    if ((frames > 0 && frame >= frames) || SessionOver(state)) return 0;
-    std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
-  }
+    return !(frames > 0 && frame >= frames);
+  });
+  return st.ok() ? 0 : Fail(ctx, st);
 }
 
 int CmdTrace(CliContext& ctx, DrillClient& client, const std::string& id, const std::string& path,
@@ -316,6 +317,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   auto* sessions = app.add_subcommand("sessions", "list sessions, including finished ones");
   auto exam_cmds = AddExamCommands(app);
   auto token_cmds = AddTokenCommands(app);
+  auto team_cmds = AddTeamCommands(app);
   auto* causes_cmd = app.add_subcommand("causes", "the causes a diagnosis may name, with their meaning");
 
   std::string scenario;
@@ -481,6 +483,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (demo->parsed()) return RunDemo(ctx, demo_scenario, seed);
   if (Status st = UseToken(ctx, &client); !st.ok()) return Fail(ctx, st);
   if (auto code = RunTokenCommand(*token_cmds, ctx, client)) return *code;
+  if (auto code = RunExamServerCommand(*exam_cmds, ctx, client)) return *code;
+  if (auto code = RunTeamCommand(*team_cmds, ctx, client)) return *code;
   if (autopilot->parsed()) return RunAutopilot(ctx, pilot_scenario, seed);
   if (scen_list->parsed()) return PrintOr(ctx, client.ListScenarios(), &PrintScenarios);
   if (scen_show->parsed()) return CmdScenarioShow(ctx, client, show_id);

@@ -1,9 +1,16 @@
 #include "cli/exam_commands.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/output.h"
 #include "common/paths.h"
 #include "controller/exam/audit_chain.h"
 #include "controller/exam/json_read.h"
@@ -27,12 +34,36 @@ struct ExamCommands {
   std::string result_file;
   std::string pubkey_file;
   std::string audit_file;
+  // The controller's side.
+  CLI::App* create = nullptr;
+  CLI::App* list = nullptr;
+  CLI::App* issue = nullptr;
+  CLI::App* start = nullptr;
+  CLI::App* status = nullptr;
+  CLI::App* open = nullptr;
+  CLI::App* finish = nullptr;
+  CLI::App* results = nullptr;
+  CLI::App* rescore = nullptr;
+  CLI::App* pubkey = nullptr;
+  CLI::App* audit = nullptr;
+  std::string exam_file;
+  std::string exam_id;
+  std::string candidate;
+  std::string out;
+  int sitting = 0;
+  int item = 0;
+  int points = 0;
+  std::string reason;
+  bool new_attempt = false;
+  bool yes = false;
 };
 
 std::shared_ptr<ExamCommands> AddExamCommands(CLI::App& app) {
   auto c = std::make_shared<ExamCommands>();
-  c->exam = app.add_subcommand("exam",
-                               "proctored exams: check an exam file, verify signed results and audit trails");
+  c->exam = app.add_subcommand(
+      "exam",
+      "proctored exams: create and issue (proctor), start/open/finish (candidate), results, rescore, audit, "
+      "and offline checks of exam files, signed results and audit trails");
   c->exam->require_subcommand(1);
   c->check = c->exam->add_subcommand(
       "check", "check exam files against the scenario catalogue (no controller needed)");
@@ -51,6 +82,53 @@ std::shared_ptr<ExamCommands> AddExamCommands(CLI::App& app) {
   c->verify_audit->add_option("--result", c->result_file,
                               "a signed result: the trail must end where it says (needs --pubkey)");
   c->verify_audit->add_option("--pubkey", c->pubkey_file, "the controller's public key (PEM)");
+
+  // Proctors.
+  c->create = c->exam->add_subcommand("create", "create an exam on the controller from its file (proctor)");
+  c->create->add_option("FILE", c->exam_file, "the exam YAML (check it first with `exam check`)")->required();
+  c->list = c->exam->add_subcommand("list", "exams and every candidate's sitting (proctor)");
+  c->issue = c->exam->add_subcommand("issue", "issue a candidate's token for an exam (proctor)");
+  c->issue->add_option("EXAM", c->exam_id, "the exam's id")->required();
+  c->issue->add_option("NAME", c->candidate, "the candidate, as results name them")->required();
+  c->issue->add_option("--out", c->out, "write the token to this new file (mode 0600) instead of showing it");
+  c->results = c->exam->add_subcommand(
+      "results", "a candidate's signed result, with Markdown and HTML reports (proctor)");
+  c->results->add_option("EXAM", c->exam_id, "the exam's id")->required();
+  c->results->add_option("CANDIDATE", c->candidate, "the candidate")->required();
+  c->results->add_option("--sitting", c->sitting, "which sitting (default: the latest)");
+  c->results->add_option("--out", c->out, "a folder to write RESULT.json, .md and .html into");
+  c->rescore =
+      c->exam->add_subcommand("rescore", "change an item's points, with a reason; re-signs (proctor)");
+  c->rescore->add_option("EXAM", c->exam_id, "the exam's id")->required();
+  c->rescore->add_option("CANDIDATE", c->candidate, "the candidate")->required();
+  c->rescore->add_option("ITEM", c->item, "the item (1-based)")->required();
+  c->rescore->add_option("POINTS", c->points, "its new points (0 to its weight)")->required();
+  c->rescore->add_option("--reason", c->reason, "why (signed into the result and audited)")->required();
+  c->rescore->add_option("--sitting", c->sitting, "which sitting (default: the latest)");
+  c->rescore->add_option("--out", c->out, "a folder to write the re-signed result into");
+  c->pubkey = c->exam->add_subcommand("pubkey", "the public key results are signed with (PEM)");
+  c->pubkey->add_option("--out", c->out, "write it to this new file");
+  c->audit = c->exam->add_subcommand("audit", "export a candidate's audit trail (proctor)");
+  c->audit->add_option("EXAM", c->exam_id, "the exam's id")->required();
+  c->audit->add_option("CANDIDATE", c->candidate, "the candidate (none: the exam's own trail)");
+  c->audit->add_option("--out", c->out, "write it to this new file (else standard output)");
+
+  // Candidates (and a proctor's view of a sitting).
+  c->start = c->exam->add_subcommand(
+      "start", "start your sitting: the exam's clock starts now and runs through disconnects (candidate)");
+  c->status =
+      c->exam->add_subcommand("status", "your sitting: time left, items, warnings (a proctor names one)");
+  c->status->add_option("EXAM", c->exam_id, "a proctor: the exam's id");
+  c->status->add_option("CANDIDATE", c->candidate, "a proctor: the candidate");
+  c->status->add_option("--sitting", c->sitting, "a proctor: which sitting (default: the latest)");
+  c->open = c->exam->add_subcommand(
+      "open", "open an item: its drill starts and becomes your current session (candidate)");
+  c->open->add_option("ITEM", c->item, "the item (1-based)")->required();
+  c->open->add_flag("--new-attempt", c->new_attempt,
+                    "start another attempt on a closed item (if the exam allows)");
+  c->finish = c->exam->add_subcommand(
+      "finish", "end your sitting now: every open item is ended and scored as it stands (candidate)");
+  c->finish->add_flag("--yes", c->yes, "really finish (nothing can be changed afterwards)");
   return c;
 }
 
@@ -188,7 +266,225 @@ int VerifyAudit(ExamCommands& c, CliContext& ctx) {
   return 0;
 }
 
+// --- the controller's side ---------------------------------------------------
+
+// Writes `text` to a new file (nothing is overwritten).
+Status WriteOut(const std::string& path, const std::string& text, unsigned mode) {
+  if (const int err = WriteNewFile(path, text, mode); err != 0)
+    return FailedPrecondition(path + ": " + std::strerror(err) +
+                              (err == EEXIST ? " (it is not overwritten: pick a new name)" : ""));
+  return Status::Ok();
+}
+
+std::string UtcTime(int64_t unix_ms) {
+  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%H:%M:%S UTC", &tm);
+  return buf;
+}
+
+void PrintSitting(const v1::SittingInfo& s, std::ostream& out) {
+  out << "exam " << s.exam_id() << " (" << s.exam_title() << "), candidate " << s.candidate() << ", sitting "
+      << s.sitting() << ": " << s.state();
+  if (s.state() == "open") {
+    const int64_t min = s.remaining_ms() / 60000, sec = (s.remaining_ms() / 1000) % 60;
+    out << ", " << min << " min " << sec << " s left (ends " << UtcTime(s.deadline_unix_ms()) << ")";
+  } else if (s.ended_unix_ms() > 0) {
+    out << " at " << UtcTime(s.ended_unix_ms());
+  }
+  out << "\n";
+  Table t({"ITEM", "POINTS", "STATE", "ATTEMPTS", "SESSION", "TITLE"});
+  for (const auto& i : s.items())
+    t.Add({std::to_string(i.index()), std::to_string(i.points()), i.state(),
+           std::to_string(i.attempts_used()) + "/" + std::to_string(i.attempts()),
+           i.session_id().empty() ? "-" : i.session_id(), i.title().empty() ? "-" : i.title()});
+  t.Print(out);
+  for (const auto& w : s.warnings()) out << "warning: " << w << "\n";
+  if (s.max_total() > 0)
+    out << "result: " << s.total() << " of " << s.max_total() << " points, "
+        << (s.passed() ? "passed" : "not passed") << "\n";
+}
+
+int Sitting(CliContext& ctx, const StatusOr<v1::SittingInfo>& s) {
+  if (!s.ok()) return Fail(ctx, s.status());
+  if (ctx.json)
+    *ctx.out << ToJson(*s) << "\n";
+  else
+    PrintSitting(*s, *ctx.out);
+  return 0;
+}
+
+// The result files of a sitting, under `dir`: EXAM-CANDIDATE-N.json (the
+// signed result), .md and .html.
+int ResultOut(ExamCommands& c, CliContext& ctx, const StatusOr<v1::ExamResultResponse>& r) {
+  if (!r.ok()) return Fail(ctx, r.status());
+  const json signed_doc = json::parse(r->signed_json(), nullptr, /*allow_exceptions=*/false);
+  const json& res = Field(signed_doc, "result");
+  if (!c.out.empty()) {
+    const std::string base =
+        c.out + "/" + c.exam_id + "-" + c.candidate + "-" + std::to_string(Int(res, "sitting"));
+    std::error_code ec;
+    std::filesystem::create_directories(c.out, ec);
+    for (const auto& [ext, text] : {std::pair<std::string, std::string>{".json", r->signed_json()},
+                                    {".md", r->markdown()},
+                                    {".html", r->html()}}) {
+      // A rescore writes a new set beside the old: -r2, -r3, ...
+      std::string path = base + ext;
+      for (int n = 2; ::access(path.c_str(), F_OK) == 0; ++n) path = base + "-r" + std::to_string(n) + ext;
+      if (Status st = WriteOut(path, text, 0644); !st.ok()) return Fail(ctx, st);
+      if (!ctx.json) *ctx.out << "wrote " << path << "\n";
+    }
+  }
+  if (ctx.json) {
+    *ctx.out << r->signed_json();
+    return 0;
+  }
+  if (c.out.empty()) *ctx.out << r->markdown();
+  *ctx.out << "candidate " << Str(res, "candidate") << ": " << Int(res, "total") << " of " << Int(res, "max")
+           << " points, " << (Bool(res, "passed") ? "passed" : "not passed")
+           << "; check the signature offline with `firedrill exam verify RESULT.json --pubkey KEY.pem`\n";
+  return 0;
+}
+
 }  // namespace
+
+std::optional<int> RunExamServerCommand(ExamCommands& c, CliContext& ctx, DrillClient& client) {
+  if (c.create->parsed()) {
+    auto yaml = ReadFile(c.exam_file, "exam file");
+    if (!yaml.ok()) return Fail(ctx, yaml.status());
+    auto e = client.CreateExam(*yaml, c.exam_file);
+    if (!e.ok()) return Fail(ctx, e.status());
+    if (ctx.json) {
+      *ctx.out << ToJson(*e) << "\n";
+      return 0;
+    }
+    *ctx.out << "exam '" << e->exam_id() << "' created: " << e->items() << " items, " << e->points()
+             << " points, pass mark " << e->pass_mark() << "%, " << e->time_limit_min() << " minutes, "
+             << e->retakes() << " retake(s)\nissue each candidate a token: firedrill exam issue "
+             << e->exam_id() << " NAME --out NAME.token\n";
+    return 0;
+  }
+  if (c.list->parsed()) {
+    auto r = client.ListExams();
+    if (!r.ok()) return Fail(ctx, r.status());
+    if (ctx.json) {
+      *ctx.out << ToJson(*r) << "\n";
+      return 0;
+    }
+    for (const auto& e : r->exams()) {
+      *ctx.out << e.exam_id() << ": " << e.title() << " (" << e.items() << " items, " << e.points()
+               << " points, pass mark " << e.pass_mark() << "%, " << e.time_limit_min() << " minutes)\n";
+      Table t({"CANDIDATE", "SITTING", "STATE", "LEFT", "RESULT"});
+      for (const auto& s : e.sittings())
+        t.Add({s.candidate(), std::to_string(s.sitting()), s.state(),
+               s.state() == "open" ? std::to_string(s.remaining_ms() / 60000) + " min" : "-",
+               s.max_total() > 0 ? std::to_string(s.total()) + "/" + std::to_string(s.max_total()) +
+                                       (s.passed() ? " passed" : " not passed")
+                                 : "-"});
+      if (e.sittings_size() > 0) t.Print(*ctx.out);
+    }
+    if (r->exams_size() == 0) *ctx.out << "no exams: `firedrill exam create FILE` makes one\n";
+    return 0;
+  }
+  if (c.issue->parsed()) {
+    if (!c.out.empty() && ::access(c.out.c_str(), F_OK) == 0)
+      return Fail(ctx,
+                  FailedPrecondition("--out " + c.out + " exists (it is not overwritten: pick a new file)"));
+    auto r = client.IssueCandidate(c.exam_id, c.candidate);
+    if (!r.ok()) return Fail(ctx, r.status());
+    if (!c.out.empty()) {
+      if (Status st = WriteOut(c.out, r->token() + "\n", 0600); !st.ok()) {
+        (void)client.RevokeToken(c.candidate);  // not a token nobody holds
+        return Fail(ctx, st);
+      }
+    }
+    if (ctx.json) {
+      json j = {{"candidate", c.candidate}, {"exam", c.exam_id}};
+      if (c.out.empty())
+        j["token"] = r->token();
+      else
+        j["token_file"] = c.out;
+      *ctx.out << j.dump() << "\n";
+      return 0;
+    }
+    *ctx.out << "candidate " << c.candidate << " of exam " << c.exam_id;
+    if (c.out.empty())
+      *ctx.out << ": token, shown this once:\n" << r->token() << "\n";
+    else
+      *ctx.out << ": token written to " << c.out << " (mode 0600)\n";
+    *ctx.out << "they run: firedrill --controller " << client.address() << " --token-file FILE exam start\n";
+    return 0;
+  }
+  if (c.start->parsed()) return Sitting(ctx, client.StartSitting());
+  if (c.status->parsed()) {
+    v1::GetSittingRequest req;
+    req.set_exam_id(c.exam_id);
+    req.set_candidate(c.candidate);
+    req.set_sitting(c.sitting);
+    return Sitting(ctx, client.GetSitting(req));
+  }
+  if (c.open->parsed()) {
+    auto info = client.OpenItem(c.item, c.new_attempt);
+    if (!info.ok()) return Fail(ctx, info.status());
+    RememberSession(ctx, info->session_id());
+    if (ctx.json) {
+      *ctx.out << ToJson(*info) << "\n";
+      return 0;
+    }
+    *ctx.out << "item " << c.item << ": " << info->title() << "\nsession " << info->session_id()
+             << " (your current session: status, top, logs, probe, diagnose and fix act on it)\n\n"
+             << info->briefing() << "\n";
+    return 0;
+  }
+  if (c.finish->parsed()) {
+    if (!c.yes)
+      return Fail(ctx, FailedPrecondition("`exam finish` ends every open item now and nothing can be changed "
+                                          "afterwards: run it again with --yes"));
+    return Sitting(ctx, client.FinishSitting(std::chrono::minutes(10)));
+  }
+  if (c.results->parsed()) {
+    v1::GetExamResultRequest req;
+    req.set_exam_id(c.exam_id);
+    req.set_candidate(c.candidate);
+    req.set_sitting(c.sitting);
+    return ResultOut(c, ctx, client.GetExamResult(req));
+  }
+  if (c.rescore->parsed()) {
+    v1::RescoreItemRequest req;
+    req.set_exam_id(c.exam_id);
+    req.set_candidate(c.candidate);
+    req.set_sitting(c.sitting);
+    req.set_item(c.item);
+    req.set_points(c.points);
+    req.set_reason(c.reason);
+    return ResultOut(c, ctx, client.RescoreItem(req));
+  }
+  if (c.pubkey->parsed()) {
+    auto k = client.GetExamPublicKey();
+    if (!k.ok()) return Fail(ctx, k.status());
+    if (c.out.empty()) {
+      *ctx.out << (ctx.json ? ToJson(*k) + "\n" : k->pem());
+      return 0;
+    }
+    if (Status st = WriteOut(c.out, k->pem(), 0644); !st.ok()) return Fail(ctx, st);
+    if (!ctx.json) *ctx.out << "wrote " << c.out << " (key " << k->key_id() << ")\n";
+    return 0;
+  }
+  if (c.audit->parsed()) {
+    auto a = client.ExportAudit(c.exam_id, c.candidate);
+    if (!a.ok()) return Fail(ctx, a.status());
+    if (c.out.empty()) {
+      *ctx.out << a->text();
+      return 0;
+    }
+    if (Status st = WriteOut(c.out, a->text(), 0644); !st.ok()) return Fail(ctx, st);
+    if (!ctx.json) *ctx.out << "wrote " << c.out << " (" << a->records() << " records)\n";
+    return 0;
+  }
+  return std::nullopt;
+}
 
 std::optional<int> RunExamCommand(ExamCommands& c, CliContext& ctx) {
   try {

@@ -18,7 +18,11 @@ struct ExamCommands;
 // Adds `exam` and its subcommands to `app`; the returned object holds their
 // options until RunExamCommand.
 std::shared_ptr<ExamCommands> AddExamCommands(CLI::App& app);
-// Runs the exam subcommand that was parsed, or nullopt when none was.
+// Runs the offline exam subcommand that was parsed (check, verify,
+// verify-audit), or nullopt when none was.
 std::optional<int> RunExamCommand(ExamCommands& cmds, CliContext& ctx);
+// The same for the ones that call the controller (create, list, issue,
+// start, status, open, finish, results, rescore, pubkey, audit).
+std::optional<int> RunExamServerCommand(ExamCommands& cmds, CliContext& ctx, DrillClient& client);
 
 }  // namespace firedrill::cli

@@ -61,6 +61,20 @@ Status CheckAccess(const Grant& who, Access what) {
           "a " + RoleNames(who.roles) +
           " token cannot start sessions (learner, instructor or owner tokens can; a candidate's "
           "items are started by their exam)");
+    case Access::kProctor:
+      if (Has(who, kRoleOwner | kRoleProctor)) return Status::Ok();
+      return PermissionDenied("exams are run by a proctor (or the controller's owner), not by a " +
+                              RoleNames(who.roles) + " token");
+    case Access::kSitting:
+      if (Has(who, kRoleCandidate)) return Status::Ok();
+      return PermissionDenied(
+          "only a candidate sits an exam: a proctor issues candidate tokens with "
+          "`firedrill exam issue`; this is a " +
+          RoleNames(who.roles) + " token");
+    case Access::kExamView:
+      if (Has(who, kRoleOwner | kRoleProctor | kRoleCandidate)) return Status::Ok();
+      return PermissionDenied("a sitting is read by its candidate or a proctor, not by a " +
+                              RoleNames(who.roles) + " token");
     case Access::kAdmin:
       if (Has(who, kRoleOwner)) return Status::Ok();
       return PermissionDenied(
@@ -93,6 +107,47 @@ bool MayUseSession(const Grant& who, const std::string& session_id, const std::s
     return true;
   // A proctor watches; it never acts on a candidate's work.
   return use == SessionUse::kWatch && Has(who, kRoleProctor);
+}
+
+namespace {
+// The team roles that may do `kind`, most fitting first.
+std::vector<Role> TeamRolesFor(const std::string& kind) {
+  if (kind == "note") return {kRoleScribe, kRoleCommander, kRoleInvestigator, kRoleComms};
+  if (kind == "update") return {kRoleComms, kRoleCommander};
+  if (kind == "fix") return {kRoleCommander};
+  return {kRoleInvestigator, kRoleCommander};  // tool, proposal, diagnosis, hint
+}
+bool OnTeamOf(const Grant& who, const std::string& session_id) {
+  return !who.session.empty() && who.session == session_id && Has(who, kTeamRoles);
+}
+}  // namespace
+
+Status MayPost(const Grant& who, const std::string& session_id, const std::string& session_owner,
+               const std::string& kind) {
+  if (kind != "note" && kind != "update" && kind != "proposal")
+    return InvalidArgument("a timeline entry is a note, an update or a proposal, not '" + kind + "'");
+  if (Has(who, kRoleOwner)) return Status::Ok();
+  if (OnTeamOf(who, session_id)) {
+    for (Role r : TeamRolesFor(kind))
+      if (Has(who, r)) return Status::Ok();
+    std::string may;
+    for (Role r : TeamRolesFor(kind)) may += std::string(may.empty() ? "" : " or ") + RoleName(r);
+    return PermissionDenied("a " + kind + " is posted by the " + may + ", not by a " + RoleNames(who.roles) +
+                            " token");
+  }
+  if (!session_owner.empty() && session_owner == who.name &&
+      Has(who, kRoleLearner | kRoleInstructor | kRoleCandidate))
+    return Status::Ok();
+  return PermissionDenied("a " + RoleNames(who.roles) + " token posts nothing on this session" +
+                          (Has(who, kRoleProctor) ? " (a proctor watches)" : ""));
+}
+
+std::string ActingRole(const Grant& who, const std::string& session_id, const std::string& kind) {
+  if (OnTeamOf(who, session_id))
+    for (Role r : TeamRolesFor(kind))
+      if (Has(who, r)) return RoleName(r);
+  if (Has(who, kRoleOwner)) return "owner";
+  return RoleNames(who.roles);
 }
 
 Status Gatekeeper::Init(const std::string& owner_token_file) {

@@ -29,6 +29,9 @@ enum class Access {
   kStartSession,  // practice sessions: owner, learner, instructor
   kListSessions,  // everyone; filtered to what each may see
   kAdmin,         // tokens: the controller's owner
+  kProctor,       // exams: create, issue candidates, results, rescore, audit (proctor, owner)
+  kSitting,       // a candidate's own sitting: start, open items, finish (candidates only)
+  kExamView,      // a sitting's state: its candidate, or a proctor
 };
 
 // What a call does to a session.
@@ -52,6 +55,18 @@ bool MayUseSession(const Grant& who, const std::string& session_id, const std::s
 inline bool MaySeeSession(const Grant& who, const std::string& session_id, const std::string& session_owner) {
   return MayUseSession(who, session_id, session_owner, SessionUse::kWatch);
 }
+
+// Whether `who`, who may see the session, may post `kind` on its timeline:
+// a note (anyone on it who acts: the team, its starter, the owner), a
+// status update (comms or the commander) or a proposed diagnosis
+// (investigators or the commander). InvalidArgument for another kind,
+// PermissionDenied naming who may.
+Status MayPost(const Grant& who, const std::string& session_id, const std::string& session_owner,
+               const std::string& kind);
+// The role `who` acts in when doing `kind` (tool, note, update, proposal,
+// diagnosis, fix, hint) on a session: the team role that allows it
+// ("investigator"), else "owner", "learner", ... as the timeline shows it.
+std::string ActingRole(const Grant& who, const std::string& session_id, const std::string& kind);
 
 // The controller's tokens: a book of digests backed by the store, and the
 // owner token `up` leaves in the state dir for the local CLI.

@@ -3,8 +3,15 @@
 // onto gRPC status codes. No drill logic of its own.
 #pragma once
 
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+
 #include "controller/authz.h"
+#include "controller/exam_manager.h"
 #include "controller/session_manager.h"
+#include "controller/timeline.h"
 #include "firedrill/v1/controller.grpc.pb.h"
 
 namespace firedrill::controller {
@@ -17,7 +24,11 @@ inline constexpr const char* kErrorDomain = "firedrill";
 
 class DrillService final : public v1::Drill::Service {
  public:
-  DrillService(SessionManager* sessions, Gatekeeper* gate) : sessions_(sessions), gate_(gate) {}
+  // `exams` may be null (no exam calls; nothing recorded), `timeline` too
+  // (no team calls).
+  DrillService(SessionManager* sessions, Gatekeeper* gate, ExamManager* exams = nullptr,
+               Timeline* timeline = nullptr)
+      : sessions_(sessions), gate_(gate), exams_(exams), timeline_(timeline) {}
 
   grpc::Status ListScenarios(grpc::ServerContext*, const v1::ListScenariosRequest*,
                              v1::ListScenariosResponse*) override;
@@ -50,16 +61,61 @@ class DrillService final : public v1::Drill::Service {
                            v1::RevokeTokenResponse*) override;
   grpc::Status ListTokens(grpc::ServerContext*, const v1::ListTokensRequest*,
                           v1::ListTokensResponse*) override;
+  grpc::Status CreateExam(grpc::ServerContext*, const v1::CreateExamRequest*, v1::ExamInfo*) override;
+  grpc::Status ListExams(grpc::ServerContext*, const v1::ListExamsRequest*, v1::ListExamsResponse*) override;
+  grpc::Status IssueCandidate(grpc::ServerContext*, const v1::IssueCandidateRequest*,
+                              v1::IssueTokenResponse*) override;
+  grpc::Status StartSitting(grpc::ServerContext*, const v1::StartSittingRequest*, v1::SittingInfo*) override;
+  grpc::Status GetSitting(grpc::ServerContext*, const v1::GetSittingRequest*, v1::SittingInfo*) override;
+  grpc::Status OpenItem(grpc::ServerContext*, const v1::OpenItemRequest*, v1::SessionInfo*) override;
+  grpc::Status FinishSitting(grpc::ServerContext*, const v1::FinishSittingRequest*,
+                             v1::SittingInfo*) override;
+  grpc::Status GetExamResult(grpc::ServerContext*, const v1::GetExamResultRequest*,
+                             v1::ExamResultResponse*) override;
+  grpc::Status RescoreItem(grpc::ServerContext*, const v1::RescoreItemRequest*,
+                           v1::ExamResultResponse*) override;
+  grpc::Status GetExamPublicKey(grpc::ServerContext*, const v1::GetExamPublicKeyRequest*,
+                                v1::ExamPublicKey*) override;
+  grpc::Status ExportAudit(grpc::ServerContext*, const v1::ExportAuditRequest*,
+                           v1::ExportAuditResponse*) override;
+  grpc::Status PostTimeline(grpc::ServerContext*, const v1::PostTimelineRequest*, v1::TimelineItem*) override;
+  grpc::Status WatchTimeline(grpc::ServerContext*, const v1::WatchTimelineRequest*,
+                             grpc::ServerWriter<v1::TimelineItem>*) override;
+  grpc::Status WatchStatus(grpc::ServerContext*, const v1::WatchStatusRequest*,
+                           grpc::ServerWriter<v1::SessionStatus>*) override;
+  grpc::Status GetPostmortem(grpc::ServerContext*, const v1::GetPostmortemRequest*,
+                             v1::PostmortemResponse*) override;
 
  private:
   // The caller's grant, if its token is live and may make a call of `what`.
-  StatusOr<Grant> Admit(grpc::ServerContext* ctx, Access what) const;
+  // A candidate's call (`method` with `req`) is recorded in their exam's
+  // audit trail, refused or not, before it is made.
+  StatusOr<Grant> Admit(grpc::ServerContext* ctx, Access what, const char* method,
+                        const google::protobuf::Message& req) const;
   // The same for a call on session `id`: a session the caller may not see
   // is answered as one that does not exist.
-  StatusOr<Grant> AdmitToSession(grpc::ServerContext* ctx, const std::string& id, SessionUse use) const;
+  StatusOr<Grant> AdmitToSession(grpc::ServerContext* ctx, const std::string& id, SessionUse use,
+                                 const char* method, const google::protobuf::Message& req) const;
+  StatusOr<Grant> Recorded(const Grant& who, const char* method, const google::protobuf::Message& req,
+                           const Status& admitted) const;
+  // The exam calls, when this controller runs exams.
+  Status ExamsOn() const;
+  // Puts what `who` did on session `id` on its shared timeline.
+  void OnTimeline(const Grant& who, const std::string& id, const std::string& kind, const std::string& text);
+  // A session's status, computed at most once per `fresh` for every viewer
+  // of WatchStatus.
+  StatusOr<v1::SessionStatus> SharedStatus(const std::string& id, std::chrono::milliseconds fresh);
 
   SessionManager* sessions_;
   Gatekeeper* gate_;
+  ExamManager* exams_;
+  Timeline* timeline_;
+  struct Snapshot {
+    std::chrono::steady_clock::time_point at;
+    StatusOr<v1::SessionStatus> status = v1::SessionStatus();
+  };
+  std::mutex snapshots_mu_;
+  std::map<std::string, std::shared_ptr<Snapshot>> snapshots_;
 };
 
 }  // namespace firedrill::controller

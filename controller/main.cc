@@ -39,6 +39,11 @@ int main(int argc, char** argv) {
                  "TLS on the public listener: the server certificate chain (PEM)");
   app.add_option("--tls-key", opts.tls_key,
                  "TLS on the public listener: the certificate's private key (PEM)");
+  app.add_option(
+         "--exam-minute-ms", opts.exam_minute_ms,
+         "how long an exam minute lasts (tests of the exam clock shorten it; the default is real time)")
+      ->check(CLI::Range(int64_t{10}, int64_t{3600000}))
+      ->capture_default_str();
   app.add_option("--hosts", opts.hosts,
                  "simulated hosts: netns (a network namespace each, real TCP over veth links), loopback (one "
                  "namespace), or auto (netns where this machine allows it)")

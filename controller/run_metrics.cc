@@ -214,6 +214,7 @@ v1::MetricsRow MetricsRowOf(const v1::StepReport& s) {
   r.set_global_batch(s.global_batch());
   r.set_consumed_samples(s.consumed_samples());
   r.set_checkpoint_ms(s.checkpoint_ms());
+  r.set_end_unix_ms(s.end_unix_ns() / 1000000);
   return r;
 }
 

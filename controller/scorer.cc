@@ -161,6 +161,10 @@ void ScoreDiagnosis(const ScoreInputs& in, const std::vector<v1::Finding>& key, 
 
 int RevisionCost(const v1::Rubric& r) { return r.has_revision_cost() ? r.revision_cost() : 5; }
 int CollateralCost(const v1::Rubric& r) { return r.has_collateral_cost() ? r.collateral_cost() : 10; }
+int HintCost(const v1::SessionRecord& rec, const v1::Rubric& r) {
+  return rec.hint_cost() > 0 ? rec.hint_cost() : r.hint_cost();
+}
+
 int TimeLimitS(const v1::Rubric& r) { return r.time_limit_s() > 0 ? r.time_limit_s() : 3 * std::max(1, r.time_budget_s()); }
 
 std::vector<v1::Finding> FindingsOf(const v1::SubmitDiagnosisRequest& req) {
@@ -230,8 +234,9 @@ v1::ScoreReport Score(const ScoreInputs& in) {
                               " s budget");
   }
 
-  *r.add_items() = Item("hints", -rec.hints_used() * rub.hint_cost(), 0,
-                        std::to_string(rec.hints_used()) + " hint(s) x " + std::to_string(rub.hint_cost()));
+  *r.add_items() =
+      Item("hints", -rec.hints_used() * HintCost(rec, rub), 0,
+           std::to_string(rec.hints_used()) + " hint(s) x " + std::to_string(HintCost(rec, rub)));
   const int submitted = rec.fix_applied() ? rec.diagnoses_at_fix() : static_cast<int>(in.diagnoses.size());
   const int revisions = std::max(0, submitted - 1);
   *r.add_items() = Item("revisions", -revisions * RevisionCost(rub), 0,

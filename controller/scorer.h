@@ -49,5 +49,7 @@ int64_t CheckpointStepOf(const std::string& dir);
 int RevisionCost(const v1::Rubric& r);
 int CollateralCost(const v1::Rubric& r);
 int TimeLimitS(const v1::Rubric& r);
+// Points a hint costs in this session: an exam's price, else the rubric's.
+int HintCost(const v1::SessionRecord& rec, const v1::Rubric& r);
 
 }  // namespace firedrill::controller

@@ -214,20 +214,40 @@ Status Server::Start() {
   sm.local_launcher = opts_.local_launcher;
   sm.draw_key = *key;
   sm.fabric = fabric_.get();
+  const std::vector<v1::Scenario> catalogue = *scenarios;
   sessions_ = std::make_unique<SessionManager>(sm, store_.get(), pool_.get(), std::move(scenarios).value());
   sessions_->SetAgentDialAddress(agent_bound_);
+  // Every session event goes on its shared timeline too, as the
+  // controller's entry beside the participants' own.
+  timeline_ = std::make_unique<Timeline>(store_.get());
+  sessions_->SetEventSink([t = timeline_.get()](const std::string& id, const v1::SessionEvent& e) {
+    if (auto item = t->Append(id, e.unix_ms(), "controller", "", "event", e.kind() + ": " + e.message());
+        !item.ok())
+      spdlog::error("session {}: the timeline did not take an event: {}", id, item.status().message());
+  });
   FD_RETURN_IF_ERROR(sessions_->Init());
   // Every public call presents a token; the owner's is written beside the
   // database before anyone can call, for the local CLI to read.
   gate_ = std::make_unique<Gatekeeper>(store_.get());
   FD_RETURN_IF_ERROR(gate_->Init(opts_.state_dir + "/owner.token"));
+  // Exams: their clock runs from here on, through any client's disconnect.
+  exam_sessions_ = SessionsForExams(sessions_.get(), store_.get(), catalogue);
+  ExamManagerOptions eo;
+  eo.key_file = opts_.state_dir + "/exam.key";
+  eo.minute_ms = opts_.exam_minute_ms;
+  if (eo.minute_ms != 60000)
+    spdlog::warn(
+        "an exam minute lasts {} ms on this controller (--exam-minute-ms): for tests of the clock only",
+        eo.minute_ms);
+  exams_ = std::make_unique<ExamManager>(eo, store_.get(), gate_.get(), exam_sessions_.get());
+  FD_RETURN_IF_ERROR(exams_->Init());
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(opts_.listen, *creds, &port);
   KeepAlive(builder);
-  drill_ = std::make_unique<DrillService>(sessions_.get(), gate_.get());
+  drill_ = std::make_unique<DrillService>(sessions_.get(), gate_.get(), exams_.get(), timeline_.get());
   builder.RegisterService(drill_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port == 0) {
@@ -246,6 +266,7 @@ Status Server::Start() {
 void Server::Shutdown() {
   if (stopped_) return;
   stopped_ = true;
+  if (exams_) exams_->Shutdown();        // no clock ends items while sessions stop
   if (sessions_) sessions_->Shutdown();  // every agent is gone after this
   fabric_.reset();                        // and so are their hosts
   if (pool_) pool_->CloseAll();

@@ -44,6 +44,9 @@ struct ServerOptions {
   // listener on loopback.
   std::string tls_cert;
   std::string tls_key;
+  // How long an exam minute lasts on this controller's clock: 60000 except
+  // in tests of the clock, which would otherwise wait half an hour.
+  int64_t exam_minute_ms = 60000;
 };
 
 class Server {
@@ -69,8 +72,11 @@ class Server {
   Status StartFabric();
   std::unique_ptr<AgentPool> pool_;
   std::unique_ptr<NetnsFabric> fabric_;  // outlives the sessions on it
+  std::unique_ptr<Timeline> timeline_;   // outlives the sessions that post to it
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<Gatekeeper> gate_;  // the public service's tokens
+  std::unique_ptr<ExamSessions> exam_sessions_;
+  std::unique_ptr<ExamManager> exams_;
   std::unique_ptr<DrillService> drill_;
   std::unique_ptr<grpc::Server> agent_server_;
   std::unique_ptr<grpc::Server> server_;

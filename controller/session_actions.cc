@@ -257,12 +257,24 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& as
   return resp;
 }
 
+Status SessionManager::SetExamHints(const std::string& id, bool allowed, int cost) {
+  auto sp = Find(id);
+  if (!sp.ok()) return sp.status();
+  Session& s = **sp;
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.rec.set_hints_off(!allowed);
+  s.rec.set_hint_cost(std::max(0, cost));
+  Save(s);
+  return Status::Ok();
+}
+
 StatusOr<v1::RequestHintResponse> SessionManager::Hint(const std::string& id) {
   auto sp = Find(id);
   if (!sp.ok()) return sp.status();
   Session& s = **sp;
   std::lock_guard<std::mutex> lock(s.mu);
   FD_RETURN_IF_ERROR(CanAct(id, s.state, s.fix_pending, s.end_requested, s.end_reason, "ask for hints"));
+  if (s.rec.hints_off()) return FailedPrecondition("hints are off in this exam");
   const auto& hints = s.scenario->hints();
   if (s.rec.hints_used() >= hints.size()) {
     return FailedPrecondition("no more hints: all " + std::to_string(hints.size()) + " have been used");
@@ -272,7 +284,7 @@ StatusOr<v1::RequestHintResponse> SessionManager::Hint(const std::string& id) {
   s.rec.set_hints_used(s.rec.hints_used() + 1);
   resp.set_hints_used(s.rec.hints_used());
   resp.set_hints_total(hints.size());
-  resp.set_cost(s.scenario->rubric().hint_cost());
+  resp.set_cost(HintCost(s.rec, s.scenario->rubric()));
   AddEvent(s, "hint", -1, "hint " + std::to_string(s.rec.hints_used()) + " taken");
   Save(s);
   return resp;

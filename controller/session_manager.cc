@@ -641,7 +641,7 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   Finish(s, lock, SessionState::kScored);
 }
 
-StatusOr<v1::SessionInfo> SessionManager::End(const std::string& id) {
+StatusOr<v1::SessionInfo> SessionManager::End(const std::string& id, const std::string& reason) {
   auto sp = Find(id);
   if (!sp.ok()) return sp.status();
   Session& s = **sp;
@@ -649,7 +649,7 @@ StatusOr<v1::SessionInfo> SessionManager::End(const std::string& id) {
     std::lock_guard<std::mutex> lock(s.mu);
     if (!s.end_requested && !Terminal(s.state)) {
       s.end_requested = true;
-      s.end_reason = "ended by the learner";
+      s.end_reason = reason;
     }
   }
   s.cv.notify_all();
@@ -658,6 +658,21 @@ StatusOr<v1::SessionInfo> SessionManager::End(const std::string& id) {
   Lock lock(s.mu);
   s.cv.wait_for(lock, std::chrono::seconds(60), [&] { return Terminal(s.state); });
   return s.rec.info();
+}
+
+StatusOr<v1::SessionInfo> SessionManager::Info(const std::string& id) {
+  auto sp = Find(id);
+  if (!sp.ok()) return sp.status();
+  std::lock_guard<std::mutex> lock((*sp)->mu);
+  return (*sp)->rec.info();
+}
+
+void SessionManager::Announce(const std::string& id, const std::string& kind, const std::string& message) {
+  auto sp = Find(id);
+  if (!sp.ok()) return;
+  Session& s = **sp;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!Terminal(s.state)) AddEvent(s, kind, -1, message);
 }
 
 // -------------------------------------------------------------- helpers
@@ -682,6 +697,7 @@ void SessionManager::AddEvent(Session& s, const std::string& kind, int rank, con
   s.events.push_back(e);
   while (s.events.size() > 50) s.events.pop_front();
   if (Status st = store_->AppendEvent(s.rec.info().session_id(), e); !st.ok()) spdlog::error("{}", st.message());
+  if (event_sink_) event_sink_(s.rec.info().session_id(), e);
 }
 
 void SessionManager::Save(Session& s) {

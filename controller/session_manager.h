@@ -18,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -101,6 +102,7 @@ class SessionManager : public AgentListener {
   // The name of the token that started session `id`; NotFound if none.
   StatusOr<std::string> OwnerOf(const std::string& id);
   std::vector<v1::SessionInfo> List();
+  StatusOr<v1::SessionInfo> Info(const std::string& id);
   StatusOr<v1::SessionStatus> GetStatus(const std::string& id);
   StatusOr<v1::TraceResponse> GetTrace(const v1::GetTraceRequest& req);
   StatusOr<v1::MetricsResponse> GetMetrics(const v1::GetMetricsRequest& req);
@@ -111,8 +113,26 @@ class SessionManager : public AgentListener {
   StatusOr<v1::SubmitDiagnosisResponse> Diagnose(const v1::SubmitDiagnosisRequest& req);
   StatusOr<v1::ApplyFixResponse> Fix(const v1::ApplyFixRequest& asked);
   StatusOr<v1::RequestHintResponse> Hint(const std::string& id);
-  StatusOr<v1::ScoreReport> GetScore(const std::string& id);
-  StatusOr<v1::SessionInfo> End(const std::string& id);
+  // An exam item's hint policy: off, or `cost` points per hint (0: the
+  // scenario's price).
+  Status SetExamHints(const std::string& id, bool allowed, int cost);
+  // `sealed`: what was submitted only, even after scoring (an exam's
+  // candidate reads no score).
+  StatusOr<v1::ScoreReport> GetScore(const std::string& id, bool sealed = false);
+  // Ends a live session (it is scored as it stands) and waits for that;
+  // `reason` is what its end says.
+  StatusOr<v1::SessionInfo> End(const std::string& id, const std::string& reason = "ended by the learner");
+  // A finished drill's postmortem (session_postmortem.cc), from its shared
+  // timeline; FailedPrecondition while the drill is live.
+  StatusOr<v1::PostmortemResponse> Postmortem(const std::string& id,
+                                              const std::vector<v1::TimelineItem>& timeline);
+  // Called with every event a session records (the shared timeline's
+  // controller entries). Set before Init.
+  void SetEventSink(std::function<void(const std::string& session_id, const v1::SessionEvent&)> sink) {
+    event_sink_ = std::move(sink);
+  }
+  // Posts an event on a live session's timeline (an exam's warnings).
+  void Announce(const std::string& id, const std::string& kind, const std::string& message);
 
   // AgentListener
   void OnSteps(const std::string& agent_id, const v1::StepBatch& batch) override;
@@ -311,6 +331,7 @@ class SessionManager : public AgentListener {
   std::map<std::string, std::shared_ptr<Session>> sessions_;
   std::map<std::string, std::string> agent_session_;  // agent id -> session id
   std::atomic<bool> shutting_down_{false};  // set under mu_; StopRun reads it without
+  std::function<void(const std::string&, const v1::SessionEvent&)> event_sink_;
 };
 
 }  // namespace firedrill::controller

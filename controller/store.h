@@ -81,6 +81,17 @@ class Store {
   // The trail `scope`, oldest first.
   StatusOr<std::vector<AuditRecord>> LoadAudit(const std::string& scope);
 
+  // A candidate's sitting of an exam, as the exam manager's document (JSON):
+  // which variant each item drew, its sessions, the clock, the result.
+  Status SaveSitting(const std::string& exam_id, const std::string& candidate, int sitting,
+                     const std::string& doc);
+  StatusOr<std::vector<std::string>> LoadSittings();
+
+  // A session's shared timeline (team drills): `item` numbered next (its
+  // seq) and stored; the entries after `after_seq`, in order.
+  StatusOr<v1::TimelineItem> AppendTimeline(const std::string& session_id, v1::TimelineItem item);
+  StatusOr<std::vector<v1::TimelineItem>> LoadTimeline(const std::string& session_id, int64_t after_seq);
+
   const std::string& path() const { return path_; }
 
  private:

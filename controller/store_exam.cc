@@ -38,6 +38,23 @@ CREATE TABLE IF NOT EXISTS audit (
   hash TEXT,
   PRIMARY KEY (scope, seq)
 );
+CREATE TABLE IF NOT EXISTS timeline (
+  session_id TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  unix_ms INTEGER,
+  who TEXT,
+  role TEXT,
+  kind TEXT,
+  text TEXT,
+  PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE IF NOT EXISTS sittings (
+  exam_id TEXT NOT NULL,
+  candidate TEXT NOT NULL,
+  sitting INTEGER NOT NULL,
+  doc TEXT NOT NULL,
+  PRIMARY KEY (exam_id, candidate, sitting)
+);
 )sql";
 
 }  // namespace store_internal
@@ -209,6 +226,106 @@ StatusOr<std::vector<AuditRecord>> Store::LoadAudit(const std::string& scope) {
     if (!row.ok()) return row.status();
     if (!*row) break;
     out.push_back(AuditRow(s));
+  }
+  FD_RETURN_IF_ERROR(txn.Commit());
+  return out;
+}
+
+Status Store::SaveSitting(const std::string& exam_id, const std::string& candidate, int sitting,
+                          const std::string& doc) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Ctx c{db_, path_};
+  Txn txn(c, true);
+  FD_RETURN_IF_ERROR(txn.Begin());
+  Stmt s;
+  FD_RETURN_IF_ERROR(c.Prepare(
+      &s, "INSERT OR REPLACE INTO sittings (exam_id, candidate, sitting, doc) VALUES (?1, ?2, ?3, ?4)",
+      "save sitting"));
+  s.BindText(1, exam_id);
+  s.BindText(2, candidate);
+  s.BindInt(3, sitting);
+  s.BindText(4, doc);
+  FD_RETURN_IF_ERROR(
+      c.Run(&s, "save sitting " + std::to_string(sitting) + " of " + candidate + " in " + exam_id));
+  return txn.Commit();
+}
+
+StatusOr<v1::TimelineItem> Store::AppendTimeline(const std::string& session_id, v1::TimelineItem item) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Ctx c{db_, path_};
+  Txn txn(c, true);  // the next number and the insert in one write transaction
+  FD_RETURN_IF_ERROR(txn.Begin());
+  {
+    Stmt s;
+    FD_RETURN_IF_ERROR(c.Prepare(&s, "SELECT COALESCE(MAX(seq), 0) FROM timeline WHERE session_id = ?1",
+                                 "read the timeline"));
+    s.BindText(1, session_id);
+    auto row = c.Next(&s, "read the timeline of " + session_id);
+    if (!row.ok()) return row.status();
+    item.set_seq(*row ? s.Int(0) + 1 : 1);
+  }
+  Stmt s;
+  FD_RETURN_IF_ERROR(c.Prepare(&s,
+                               "INSERT INTO timeline (session_id, seq, unix_ms, who, role, kind, text) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                               "append to the timeline"));
+  s.BindText(1, session_id);
+  s.BindInt(2, item.seq());
+  s.BindInt(3, item.unix_ms());
+  s.BindText(4, item.who());
+  s.BindText(5, item.role());
+  s.BindText(6, item.kind());
+  s.BindText(7, item.text());
+  FD_RETURN_IF_ERROR(c.Run(&s, "append to the timeline of " + session_id));
+  FD_RETURN_IF_ERROR(txn.Commit());
+  return item;
+}
+
+StatusOr<std::vector<v1::TimelineItem>> Store::LoadTimeline(const std::string& session_id,
+                                                            int64_t after_seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Ctx c{db_, path_};
+  Txn txn(c, false);
+  FD_RETURN_IF_ERROR(txn.Begin());
+  Stmt s;
+  FD_RETURN_IF_ERROR(c.Prepare(&s,
+                               "SELECT seq, unix_ms, who, role, kind, text FROM timeline "
+                               "WHERE session_id = ?1 AND seq > ?2 ORDER BY seq",
+                               "load the timeline"));
+  s.BindText(1, session_id);
+  s.BindInt(2, after_seq);
+  std::vector<v1::TimelineItem> out;
+  for (;;) {
+    auto row = c.Next(&s, "load the timeline of " + session_id);
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    v1::TimelineItem t;
+    t.set_seq(s.Int(0));
+    t.set_unix_ms(s.Int(1));
+    t.set_who(s.Text(2));
+    t.set_role(s.Text(3));
+    t.set_kind(s.Text(4));
+    t.set_text(s.Text(5));
+    out.push_back(std::move(t));
+  }
+  FD_RETURN_IF_ERROR(txn.Commit());
+  return out;
+}
+
+StatusOr<std::vector<std::string>> Store::LoadSittings() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Ctx c{db_, path_};
+  Txn txn(c, false);
+  FD_RETURN_IF_ERROR(txn.Begin());
+  Stmt s;
+  FD_RETURN_IF_ERROR(
+      c.Prepare(&s, "SELECT doc FROM sittings ORDER BY exam_id, candidate, sitting", "load sittings"));
+  std::vector<std::string> out;
+  for (;;) {
+    auto row = c.Next(&s, "load sittings");
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    out.push_back(s.Text(0));
   }
   FD_RETURN_IF_ERROR(txn.Commit());
   return out;

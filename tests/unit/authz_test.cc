@@ -72,6 +72,48 @@ TEST(Authz, CallsNeedTheirRoles) {
   EXPECT_TRUE(CheckAccess(G("o", kRoleOwner), Access::kAdmin).ok());
 }
 
+TEST(Authz, TimelinePostsFollowTheTeamRoles) {
+  const std::string s = "s-1";
+  const Grant scribe = G("sam", kRoleScribe | kRoleComms, s);
+  const Grant inv = G("ivan", kRoleInvestigator, s);
+  const Grant cmd = G("ada", kRoleCommander, s);
+  EXPECT_TRUE(MayPost(scribe, s, "", "note").ok());
+  EXPECT_TRUE(MayPost(scribe, s, "", "update").ok());  // holds comms too
+  EXPECT_EQ(MayPost(scribe, s, "", "proposal").code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(MayPost(inv, s, "", "proposal").ok());
+  EXPECT_TRUE(MayPost(inv, s, "", "note").ok());
+  EXPECT_EQ(MayPost(inv, s, "", "update").code(), StatusCode::kPermissionDenied);
+  for (const char* kind : {"note", "update", "proposal"}) EXPECT_TRUE(MayPost(cmd, s, "", kind).ok()) << kind;
+  // A team token of another session, a proctor, another learner: nothing.
+  EXPECT_EQ(MayPost(G("x", kRoleScribe, "s-2"), s, "", "note").code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(MayPost(G("p", kRoleProctor), s, "", "note").code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(MayPost(G("bob", kRoleLearner), s, "alice", "note").code(), StatusCode::kPermissionDenied);
+  // The session's starter and the owner post anything; no other kinds.
+  EXPECT_TRUE(MayPost(G("alice", kRoleLearner), s, "alice", "update").ok());
+  EXPECT_TRUE(MayPost(G("o", kRoleOwner), s, "", "proposal").ok());
+  EXPECT_EQ(MayPost(cmd, s, "", "verdict").code(), StatusCode::kInvalidArgument);
+
+  EXPECT_EQ(ActingRole(scribe, s, "note"), "scribe");
+  EXPECT_EQ(ActingRole(scribe, s, "update"), "comms");
+  EXPECT_EQ(ActingRole(inv, s, "diagnosis"), "investigator");
+  EXPECT_EQ(ActingRole(G("z", kRoleInvestigator | kRoleCommander, s), s, "fix"), "commander");
+  EXPECT_EQ(ActingRole(G("o", kRoleOwner), s, "tool"), "owner");
+  EXPECT_EQ(ActingRole(G("alice", kRoleLearner), s, "tool"), "learner");
+}
+
+TEST(Authz, ExamCallsGoToProctorsAndCandidates) {
+  EXPECT_TRUE(CheckAccess(G("p", kRoleProctor), Access::kProctor).ok());
+  EXPECT_TRUE(CheckAccess(G("o", kRoleOwner), Access::kProctor).ok());
+  EXPECT_EQ(CheckAccess(G("c", kRoleCandidate), Access::kProctor).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckAccess(G("i", kRoleInstructor), Access::kProctor).code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(CheckAccess(G("c", kRoleCandidate), Access::kSitting).ok());
+  EXPECT_EQ(CheckAccess(G("o", kRoleOwner), Access::kSitting).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckAccess(G("p", kRoleProctor), Access::kSitting).code(), StatusCode::kPermissionDenied);
+  for (uint32_t r : {kRoleOwner, kRoleProctor, kRoleCandidate})
+    EXPECT_TRUE(CheckAccess(G("x", r), Access::kExamView).ok()) << r;
+  EXPECT_EQ(CheckAccess(G("l", kRoleLearner), Access::kExamView).code(), StatusCode::kPermissionDenied);
+}
+
 class GatekeeperTest : public ::testing::Test {
  protected:
   void SetUp() override {
