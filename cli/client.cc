@@ -246,6 +246,13 @@ StatusOr<v1::ExamResultResponse> DrillClient::RescoreItem(const v1::RescoreItemR
   return Call(&v1::Drill::Stub::RescoreItem, req, deadline_);
 }
 
+StatusOr<v1::SittingInfo> DrillClient::AllowRetake(const std::string& exam_id, const std::string& candidate) {
+  v1::AllowRetakeRequest req;
+  req.set_exam_id(exam_id);
+  req.set_candidate(candidate);
+  return Call(&v1::Drill::Stub::AllowRetake, req, deadline_);
+}
+
 StatusOr<v1::ExamPublicKey> DrillClient::GetExamPublicKey() {
   return Call(&v1::Drill::Stub::GetExamPublicKey, v1::GetExamPublicKeyRequest(), deadline_);
 }

@@ -62,6 +62,7 @@ class DrillClient {
   StatusOr<v1::SittingInfo> FinishSitting(std::chrono::milliseconds deadline);
   StatusOr<v1::ExamResultResponse> GetExamResult(const v1::GetExamResultRequest& req);
   StatusOr<v1::ExamResultResponse> RescoreItem(const v1::RescoreItemRequest& req);
+  StatusOr<v1::SittingInfo> AllowRetake(const std::string& exam_id, const std::string& candidate);
   StatusOr<v1::ExamPublicKey> GetExamPublicKey();
   StatusOr<v1::ExportAuditResponse> ExportAudit(const std::string& exam_id, const std::string& candidate);
   // Team drills.

@@ -1,5 +1,6 @@
 #include "cli/exam_commands.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -44,6 +45,7 @@ struct ExamCommands {
   CLI::App* finish = nullptr;
   CLI::App* results = nullptr;
   CLI::App* rescore = nullptr;
+  CLI::App* retake = nullptr;
   CLI::App* pubkey = nullptr;
   CLI::App* audit = nullptr;
   std::string exam_file;
@@ -106,6 +108,10 @@ std::shared_ptr<ExamCommands> AddExamCommands(CLI::App& app) {
   c->rescore->add_option("--reason", c->reason, "why (signed into the result and audited)")->required();
   c->rescore->add_option("--sitting", c->sitting, "which sitting (default: the latest)");
   c->rescore->add_option("--out", c->out, "a folder to write the re-signed result into");
+  c->retake =
+      c->exam->add_subcommand("retake", "open a retake for a candidate whose sitting failed (proctor)");
+  c->retake->add_option("EXAM", c->exam_id, "the exam's id")->required();
+  c->retake->add_option("CANDIDATE", c->candidate, "the candidate")->required();
   c->pubkey = c->exam->add_subcommand("pubkey", "the public key results are signed with (PEM)");
   c->pubkey->add_option("--out", c->out, "write it to this new file");
   c->audit = c->exam->add_subcommand("audit", "export a candidate's audit trail (proctor)");
@@ -389,17 +395,29 @@ std::optional<int> RunExamServerCommand(ExamCommands& c, CliContext& ctx, DrillC
     return 0;
   }
   if (c.issue->parsed()) {
-    if (!c.out.empty() && ::access(c.out.c_str(), F_OK) == 0)
-      return Fail(ctx,
-                  FailedPrecondition("--out " + c.out + " exists (it is not overwritten: pick a new file)"));
-    auto r = client.IssueCandidate(c.exam_id, c.candidate);
-    if (!r.ok()) return Fail(ctx, r.status());
+    // The file first: a token that cannot be written down is never issued
+    // (only the owner could revoke it).
+    int fd = -1;
     if (!c.out.empty()) {
-      if (Status st = WriteOut(c.out, r->token() + "\n", 0600); !st.ok()) {
-        (void)client.RevokeToken(c.candidate);  // not a token nobody holds
-        return Fail(ctx, st);
-      }
+      fd = ::open(c.out.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+      if (fd < 0)
+        return Fail(ctx,
+                    FailedPrecondition("--out " + c.out + ": " + std::strerror(errno) +
+                                       (errno == EEXIST ? " (it is not overwritten: pick a new file)" : "")));
     }
+    auto r = client.IssueCandidate(c.exam_id, c.candidate);
+    if (fd >= 0) {
+      const std::string line = r.ok() ? r->token() + "\n" : "";
+      const bool written =
+          ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
+      ::close(fd);
+      if (!r.ok() || !written) std::remove(c.out.c_str());
+      if (r.ok() && !written)
+        return Fail(
+            ctx, Internal("--out " + c.out + ": the token could not be written; ask the owner to revoke '" +
+                          c.candidate + "' and issue another name"));
+    }
+    if (!r.ok()) return Fail(ctx, r.status());
     if (ctx.json) {
       json j = {{"candidate", c.candidate}, {"exam", c.exam_id}};
       if (c.out.empty())
@@ -461,6 +479,7 @@ std::optional<int> RunExamServerCommand(ExamCommands& c, CliContext& ctx, DrillC
     req.set_reason(c.reason);
     return ResultOut(c, ctx, client.RescoreItem(req));
   }
+  if (c.retake->parsed()) return Sitting(ctx, client.AllowRetake(c.exam_id, c.candidate));
   if (c.pubkey->parsed()) {
     auto k = client.GetExamPublicKey();
     if (!k.ok()) return Fail(ctx, k.status());

@@ -278,7 +278,8 @@ std::string FixText(const v1::ApplyFixRequest& f) {
 }  // namespace
 
 void PrintScore(const v1::ScoreReport& r, std::ostream& out) {
-  out << "score for session " << r.session_id() << " (" << r.scenario_id() << ")";
+  out << "score for session " << r.session_id()
+      << (r.scenario_id().empty() ? "" : " (" + r.scenario_id() + ")");
   if (!r.final())
     out << (r.state() == "aborted" ? ": aborted before it was scored (see `firedrill status`); it will not be scored"
                                    : ": not scored yet (" + (r.state().empty() ? std::string("in progress") : r.state()) + ")");

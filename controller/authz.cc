@@ -39,6 +39,11 @@ Status WritePrivateFile(const std::string& path, const std::string& text) {
 
 }  // namespace
 
+std::string ARoles(uint32_t roles) {
+  const std::string names = RoleNames(roles);
+  return (!names.empty() && std::string("aeiou").find(names[0]) != std::string::npos ? "an " : "a ") + names;
+}
+
 std::string BearerToken(std::string_view header) {
   constexpr std::string_view kScheme = "Bearer ";
   if (header.size() <= kScheme.size() || header.substr(0, kScheme.size()) != kScheme) return "";
@@ -53,34 +58,34 @@ Status CheckAccess(const Grant& who, Access what) {
     case Access::kCatalogue:
       if (Has(who, kRoleOwner | kRoleLearner | kRoleInstructor | kRoleProctor | kTeamRoles))
         return Status::Ok();
-      return PermissionDenied("the scenario catalogue is not open to a " + RoleNames(who.roles) +
+      return PermissionDenied("the scenario catalogue is not open to " + ARoles(who.roles) +
                               " token (an exam shows its candidates their items)");
     case Access::kStartSession:
       if (Has(who, kRoleOwner | kRoleLearner | kRoleInstructor)) return Status::Ok();
       return PermissionDenied(
-          "a " + RoleNames(who.roles) +
+          ARoles(who.roles) +
           " token cannot start sessions (learner, instructor or owner tokens can; a candidate's "
           "items are started by their exam)");
     case Access::kProctor:
       if (Has(who, kRoleOwner | kRoleProctor)) return Status::Ok();
-      return PermissionDenied("exams are run by a proctor (or the controller's owner), not by a " +
-                              RoleNames(who.roles) + " token");
+      return PermissionDenied("exams are run by a proctor (or the controller's owner), not by " +
+                              ARoles(who.roles) + " token");
     case Access::kSitting:
       if (Has(who, kRoleCandidate)) return Status::Ok();
       return PermissionDenied(
           "only a candidate sits an exam: a proctor issues candidate tokens with "
-          "`firedrill exam issue`; this is a " +
-          RoleNames(who.roles) + " token");
+          "`firedrill exam issue`; this is " +
+          ARoles(who.roles) + " token");
     case Access::kExamView:
       if (Has(who, kRoleOwner | kRoleProctor | kRoleCandidate)) return Status::Ok();
-      return PermissionDenied("a sitting is read by its candidate or a proctor, not by a " +
-                              RoleNames(who.roles) + " token");
+      return PermissionDenied("a sitting is read by its candidate or a proctor, not by " + ARoles(who.roles) +
+                              " token");
     case Access::kAdmin:
       if (Has(who, kRoleOwner)) return Status::Ok();
       return PermissionDenied(
           "tokens are issued and revoked by the controller's owner (the token `firedrill up` "
-          "wrote to the state dir), not by a " +
-          RoleNames(who.roles) + " token");
+          "wrote to the state dir), not by " +
+          ARoles(who.roles) + " token");
   }
   return PermissionDenied("unknown access");
 }
@@ -132,13 +137,13 @@ Status MayPost(const Grant& who, const std::string& session_id, const std::strin
       if (Has(who, r)) return Status::Ok();
     std::string may;
     for (Role r : TeamRolesFor(kind)) may += std::string(may.empty() ? "" : " or ") + RoleName(r);
-    return PermissionDenied("a " + kind + " is posted by the " + may + ", not by a " + RoleNames(who.roles) +
+    return PermissionDenied("a " + kind + " is posted by the " + may + ", not by " + ARoles(who.roles) +
                             " token");
   }
   if (!session_owner.empty() && session_owner == who.name &&
       Has(who, kRoleLearner | kRoleInstructor | kRoleCandidate))
     return Status::Ok();
-  return PermissionDenied("a " + RoleNames(who.roles) + " token posts nothing on this session" +
+  return PermissionDenied(ARoles(who.roles) + " token posts nothing on this session" +
                           (Has(who, kRoleProctor) ? " (a proctor watches)" : ""));
 }
 

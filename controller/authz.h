@@ -45,6 +45,9 @@ enum class SessionUse {
 // if the value is absent or has another shape.
 std::string BearerToken(std::string_view header);
 
+// "an investigator", "a proctor+instructor": the roles with their article.
+std::string ARoles(uint32_t roles);
+
 // OK, or PermissionDenied naming the roles that may.
 Status CheckAccess(const Grant& who, Access what);
 // Whether `who` may use session `session_id` (started by the token named

@@ -93,13 +93,26 @@ std::string FixText(const v1::ApplyFixRequest& f) {
 void SealForCandidate(v1::SessionInfo* info) {
   info->set_seed(0);
   info->set_total_score(0);
+  info->clear_scenario_id();  // an id can name its cause; the title and brief are the item
+}
+// An event's text as a candidate reads it; `why` is the session's end reason.
+std::string SealedEventText(const std::string& kind, const std::string& text, const std::string& why) {
+  if (kind == "created") return "session created";  // its text names the scenario and the seed
+  if (kind == "scored" || kind == "ended")
+    return why.empty() ? "the item is closed" : "the item is closed: " + why;
+  // Whether the fix held is part of the result, not of the item.
+  if (kind.rfind("verification", 0) == 0)
+    return "the fix is being measured; how it did is part of the result";
+  return text;
 }
 void SealForCandidate(v1::SessionStatus* st) {
   SealForCandidate(st->mutable_session());
+  st->clear_verification();
   const std::string& why = st->session().end_reason();
-  for (auto& e : *st->mutable_events())
-    if (e.kind() == "scored" || e.kind() == "ended")
-      e.set_message(why.empty() ? "the item is closed" : "the item is closed: " + why);
+  for (auto& e : *st->mutable_events()) {
+    e.set_message(SealedEventText(e.kind(), e.message(), why));
+    if (e.kind().rfind("verification", 0) == 0) e.set_kind("verification");
+  }
 }
 }  // namespace
 
@@ -146,14 +159,16 @@ StatusOr<Grant> DrillService::AdmitToSession(grpc::ServerContext* ctx, const std
   if (!who.ok()) return who.status();
   auto owner = sessions_->OwnerOf(id);
   Status admitted = owner.status();
-  if (owner.ok() && !MaySeeSession(*who, id, *owner)) {
+  if (owner.ok() && (!MaySeeSession(*who, id, *owner) || ScopedOut(*who, id, *owner))) {
     admitted = NotFound(NoSessionMessage(id));
   } else if (owner.ok() && !MayUseSession(*who, id, *owner, use)) {
     admitted =
-        PermissionDenied("a " + RoleNames(who->roles) + " token " +
+        PermissionDenied(ARoles(who->roles) + " token " +
                          (use == SessionUse::kCommand ? "cannot fix or end this session"
                                                       : "cannot run tools or diagnose in this session") +
                          (who->roles & kRoleProctor ? " (a proctor watches)" : ""));
+  } else if (owner.ok() && use != SessionUse::kWatch && exams_) {
+    admitted = exams_->MayAct(*who, id);  // a candidate acts within their open sitting only
   }
   return Recorded(*who, method, req, admitted);
 }
@@ -164,6 +179,16 @@ void DrillService::OnTimeline(const Grant& who, const std::string& id, const std
   auto item = timeline_->Append(id, UnixNowMs(), who.name, ActingRole(who, id, kind), kind, text);
   if (!item.ok())
     spdlog::error("session {}: the timeline did not take a {}: {}", id, kind, item.status().message());
+}
+
+bool DrillService::ScopedOut(const Grant& who, const std::string& id,
+                             const std::string& session_owner) const {
+  if (!(who.roles & kRoleProctor) || who.exam_id.empty() || (who.roles & kRoleOwner)) return false;
+  // What the token sees in its other roles stays seen.
+  Grant other = who;
+  other.roles &= ~static_cast<uint32_t>(kRoleProctor);
+  if (other.roles != 0 && MaySeeSession(other, id, session_owner)) return false;
+  return !exams_ || !exams_->SessionInExam(id, who.exam_id);
 }
 
 Status DrillService::ExamsOn() const {
@@ -207,7 +232,8 @@ grpc::Status DrillService::ListSessions(grpc::ServerContext* ctx, const v1::List
   auto who = Admit(ctx, Access::kListSessions, __func__, *req);
   if (!who.ok()) return ToGrpc(who.status());
   for (auto& s : sessions_->List()) {
-    if (!MaySeeSession(*who, s.session_id(), s.owner())) continue;
+    if (!MaySeeSession(*who, s.session_id(), s.owner()) || ScopedOut(*who, s.session_id(), s.owner()))
+      continue;
     if (IsCandidate(*who)) SealForCandidate(&s);
     *out->add_sessions() = std::move(s);
   }
@@ -323,7 +349,9 @@ grpc::Status DrillService::GetScore(grpc::ServerContext* ctx, const v1::GetScore
                                     v1::ScoreReport* out) {
   auto who = AdmitToSession(ctx, req->session_id(), SessionUse::kWatch, __func__, *req);
   if (!who.ok()) return ToGrpc(who.status());
-  return Reply(sessions_->GetScore(req->session_id(), /*sealed=*/IsCandidate(*who)), out);
+  auto score = sessions_->GetScore(req->session_id(), /*sealed=*/IsCandidate(*who));
+  if (score.ok() && IsCandidate(*who)) score->clear_scenario_id();
+  return Reply(std::move(score), out);
 }
 
 grpc::Status DrillService::EndSession(grpc::ServerContext* ctx, const v1::EndSessionRequest* req,
@@ -468,6 +496,14 @@ grpc::Status DrillService::RescoreItem(grpc::ServerContext* ctx, const v1::Resco
   return Reply(exams_->Rescore(*who, *req), out);
 }
 
+grpc::Status DrillService::AllowRetake(grpc::ServerContext* ctx, const v1::AllowRetakeRequest* req,
+                                       v1::SittingInfo* out) {
+  auto who = Admit(ctx, Access::kProctor, __func__, *req);
+  if (!who.ok()) return ToGrpc(who.status());
+  if (Status on = ExamsOn(); !on.ok()) return ToGrpc(on);
+  return Reply(exams_->AllowRetake(*who, *req), out);
+}
+
 grpc::Status DrillService::GetExamPublicKey(grpc::ServerContext* ctx, const v1::GetExamPublicKeyRequest* req,
                                             v1::ExamPublicKey* out) {
   FD_ADMIT(Admit(ctx, Access::kAnyToken, __func__, *req));
@@ -498,6 +534,9 @@ grpc::Status DrillService::PostTimeline(grpc::ServerContext* ctx, const v1::Post
     return ToGrpc(InvalidArgument("a " + req->kind() + " needs some text"));
   if (req->text().size() > 4000)
     return ToGrpc(InvalidArgument("a timeline entry is at most 4000 characters"));
+  for (unsigned char ch : req->text())
+    if ((ch < 0x20 && ch != '\t') || ch == 0x7f)  // no escape sequences on everyone's terminal
+      return ToGrpc(InvalidArgument("a timeline entry is one line of text, without control characters"));
   auto info = sessions_->Info(req->session_id());
   if (info.ok() && TerminalState(info->state()))
     return ToGrpc(FailedPrecondition("the session is " + info->state() + ": its timeline is closed"));
@@ -508,10 +547,14 @@ grpc::Status DrillService::PostTimeline(grpc::ServerContext* ctx, const v1::Post
 
 namespace {
 // What a candidate reads of the controller's entries on an exam item's
-// timeline: no score.
+// timeline ("KIND: message"): what status shows them.
 void SealForCandidate(v1::TimelineItem* t) {
-  if (t->kind() == "event" && (t->text().rfind("scored:", 0) == 0 || t->text().rfind("ended:", 0) == 0))
-    t->set_text(t->text().substr(0, t->text().find(':')) + ": the item is closed");
+  if (t->kind() != "event") return;
+  const auto colon = t->text().find(':');
+  const std::string kind = t->text().substr(0, colon);
+  const std::string sealed = SealedEventText(kind, t->text(), "");
+  if (sealed != t->text())
+    t->set_text((kind.rfind("verification", 0) == 0 ? "verification" : kind) + ": " + sealed);
 }
 }  // namespace
 
@@ -547,8 +590,7 @@ StatusOr<v1::SessionStatus> DrillService::SharedStatus(const std::string& id,
     snap = slot;
   }
   // One viewer computes; the others wait for it and share the result.
-  static std::mutex compute_mu;
-  std::lock_guard<std::mutex> lock(compute_mu);
+  std::lock_guard<std::mutex> lock(snap->mu);
   const auto now = std::chrono::steady_clock::now();
   if (snap->at.time_since_epoch().count() == 0 || now - snap->at >= fresh) {
     snap->status = sessions_->GetStatus(id);

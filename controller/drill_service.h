@@ -74,6 +74,7 @@ class DrillService final : public v1::Drill::Service {
                              v1::ExamResultResponse*) override;
   grpc::Status RescoreItem(grpc::ServerContext*, const v1::RescoreItemRequest*,
                            v1::ExamResultResponse*) override;
+  grpc::Status AllowRetake(grpc::ServerContext*, const v1::AllowRetakeRequest*, v1::SittingInfo*) override;
   grpc::Status GetExamPublicKey(grpc::ServerContext*, const v1::GetExamPublicKeyRequest*,
                                 v1::ExamPublicKey*) override;
   grpc::Status ExportAudit(grpc::ServerContext*, const v1::ExportAuditRequest*,
@@ -110,7 +111,11 @@ class DrillService final : public v1::Drill::Service {
   Gatekeeper* gate_;
   ExamManager* exams_;
   Timeline* timeline_;
+  // A proctor scoped to one exam (its token's exam id) watches that exam's
+  // items only: any other session is, to it, no session.
+  bool ScopedOut(const Grant& who, const std::string& id, const std::string& session_owner) const;
   struct Snapshot {
+    std::mutex mu;  // one viewer computes, the others wait for it
     std::chrono::steady_clock::time_point at;
     StatusOr<v1::SessionStatus> status = v1::SessionStatus();
   };

@@ -95,6 +95,15 @@ Status ExamManager::Init(bool clock_thread) {
     s->total = static_cast<int>(Int(d, "total"));
     s->max_total = static_cast<int>(Int(d, "max_total"));
     s->passed = Bool(d, "passed");
+    s->retake_allowed = Bool(d, "retake_allowed");
+    // A sitting of an exam this store does not hold (or of another shape)
+    // cannot be run or scored: it is left out, loudly, not guessed at.
+    auto exam = exams_.find(s->exam_id);
+    if (exam == exams_.end() || exam->second.spec.items_size() != static_cast<int>(s->items.size())) {
+      spdlog::error("store {}: sitting {} of '{}' in exam '{}' does not match a stored exam; it is left out",
+                    store_->path(), s->number, s->candidate, s->exam_id);
+      continue;
+    }
     sittings_[{s->exam_id, s->candidate}].push_back(std::move(s));
   }
   if (clock_thread) clock_ = std::thread([this] { ClockLoop(); });
@@ -141,7 +150,8 @@ Status ExamManager::Save(const Sitting& s) {
                   {"signed_result", s.signed_result},
                   {"total", s.total},
                   {"max_total", s.max_total},
-                  {"passed", s.passed}};
+                  {"passed", s.passed},
+                  {"retake_allowed", s.retake_allowed}};
   return store_->SaveSitting(s.exam_id, s.candidate, s.number,
                              d.dump(-1, ' ', false, json::error_handler_t::replace));
 }
@@ -386,13 +396,12 @@ StatusOr<v1::SittingInfo> ExamManager::StartSitting(const Grant& who) {
   if (last && (last->open() || closing_.count(last))) return Describe(*last, false);  // reconnected
   int number = 1;
   if (last) {
-    if (last->passed)
-      return FailedPrecondition("sitting " + std::to_string(last->number) + " of exam '" + who.exam_id +
-                                "' has ended and was passed: there is nothing to retake");
-    if (last->number > exam.spec.retakes())
-      return FailedPrecondition("sitting " + std::to_string(last->number) + " of exam '" + who.exam_id +
-                                "' has ended, and the exam allows " + std::to_string(exam.spec.retakes()) +
-                                " retake(s)");
+    // The same words whatever the result: the result is the proctor's to
+    // give, and so is a retake.
+    if (!last->retake_allowed)
+      return FailedPrecondition(
+          "your sitting " + std::to_string(last->number) + " of exam '" + who.exam_id +
+          "' has ended; a retake, where the exam allows one, is opened by your proctor");
     number = last->number + 1;
   }
   auto s = std::make_unique<Sitting>();
@@ -449,32 +458,104 @@ StatusOr<v1::SessionInfo> ExamManager::OpenItem(const Grant& who, const v1::Open
                            std::to_string(n));
   Item& it = s->items[req.item() - 1];
   const int attempts = std::max(1, exam.spec.attempts());
-  if (!it.sessions.empty()) {
+  // Attempts the controller aborted (it restarted under them) do not count.
+  int used = 0;
+  bool aborted_last = false;
+  for (const std::string& id : it.sessions) {
+    auto info = sessions_->Info(id);
+    aborted_last = info.ok() && info->state() == "aborted";
+    if (!aborted_last) ++used;
+  }
+  if (!it.sessions.empty() && !aborted_last) {
     auto info = sessions_->Info(it.sessions.back());
     if (!info.ok()) return info.status();
     if (!TerminalState(info->state())) return info;  // reconnected: the same session
     if (!req.new_attempt())
       return FailedPrecondition(
           "item " + std::to_string(req.item()) + " is closed (its session " + it.sessions.back() + " ended)" +
-          (static_cast<int>(it.sessions.size()) < attempts
+          (used < attempts
                ? "; `firedrill exam open " + std::to_string(req.item()) + " --new-attempt` starts attempt " +
-                     std::to_string(it.sessions.size() + 1) + " of " + std::to_string(attempts)
+                     std::to_string(used + 1) + " of " + std::to_string(attempts)
                : std::string("")));
-    if (static_cast<int>(it.sessions.size()) >= attempts)
+    if (used >= attempts)
       return FailedPrecondition("item " + std::to_string(req.item()) + " has used its " +
                                 std::to_string(attempts) + " attempt(s)");
   }
-  auto info = sessions_->StartItem(it.scenario, it.seed, who.name, exam.spec.hints().allowed(),
+  // Each attempt is a variant of its own (the item's scenario, another
+  // draw): what the first one showed does not answer the second.
+  const int attempt = used + 1;
+  int64_t seed = it.seed;
+  if (attempt > 1) {
+    const std::string key =
+        (s->number == 1 ? who.name : who.name + "\nsitting " + std::to_string(s->number)) + "\nattempt " +
+        std::to_string(attempt);
+    seed = DrawItemVariant(exam.secret, s->exam_id, key, req.item() - 1, 1).seed;
+  }
+  auto info = sessions_->StartItem(it.scenario, seed, who.name, exam.spec.hints().allowed(),
                                    exam.spec.hints().cost());
   if (!info.ok()) return info.status();
   it.sessions.push_back(info->session_id());
-  FD_RETURN_IF_ERROR(Save(*s));
+  if (Status st = Save(*s); !st.ok()) {
+    // Unrecorded, it would be a session no clock ends: end it now.
+    it.sessions.pop_back();
+    (void)sessions_->EndItem(info->session_id(), "the exam could not record this item");
+    return st;
+  }
   auto head = Audit(*s, "controller", "item opened",
-                    {{"item", req.item()},
-                     {"attempt", static_cast<int>(it.sessions.size())},
-                     {"session", info->session_id()}});
+                    {{"item", req.item()}, {"attempt", attempt}, {"session", info->session_id()}});
   if (!head.ok()) return head.status();
   return info;
+}
+
+Status ExamManager::MayAct(const Grant& who, const std::string& session_id) {
+  if (!(who.roles & kRoleCandidate)) return Status::Ok();
+  std::lock_guard<std::mutex> lock(mu_);
+  const Sitting* s = Latest(who.exam_id, who.name);
+  bool item = false;
+  if (s && s->open() && !closing_.count(s))
+    for (const Item& it : s->items)
+      item |= std::find(it.sessions.begin(), it.sessions.end(), session_id) != it.sessions.end();
+  if (!item) return FailedPrecondition("this item's sitting has ended: nothing more can be done in it");
+  const ExamClock clock(s->started_ms, exams_.at(s->exam_id).spec.time_limit_min() * opts_.minute_ms);
+  if (clock.Expired(Now())) return FailedPrecondition("the exam's time is up: its items are being scored");
+  return Status::Ok();
+}
+
+bool ExamManager::SessionInExam(const std::string& session_id, const std::string& exam_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [key, list] : sittings_) {
+    if (key.first != exam_id) continue;
+    for (const auto& s : list)
+      for (const Item& it : s->items)
+        if (std::find(it.sessions.begin(), it.sessions.end(), session_id) != it.sessions.end()) return true;
+  }
+  return false;
+}
+
+StatusOr<v1::SittingInfo> ExamManager::AllowRetake(const Grant& by, const v1::AllowRetakeRequest& req) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto exam = ProctorExam(by, req.exam_id());
+  if (!exam.ok()) return exam.status();
+  auto s = FindSitting(req.exam_id(), req.candidate(), 0);
+  if (!s.ok()) return s.status();
+  Sitting& last = **s;
+  if (last.signed_result.empty())
+    return FailedPrecondition("sitting " + std::to_string(last.number) + " of '" + req.candidate() +
+                              "' has no result yet");
+  if (last.passed)
+    return FailedPrecondition("'" + req.candidate() + "' passed sitting " + std::to_string(last.number) +
+                              ": there is nothing to retake");
+  if (last.number > (*exam)->spec.retakes())
+    return FailedPrecondition("'" + req.candidate() + "' has sat " + std::to_string(last.number) +
+                              " time(s); the exam allows " + std::to_string((*exam)->spec.retakes()) +
+                              " retake(s)");
+  if (!last.retake_allowed) {
+    auto head = Audit(last, Actor(by), "AllowRetake", json::object());
+    if (!head.ok()) return head.status();
+    last.retake_allowed = true;
+    FD_RETURN_IF_ERROR(Save(last));
+  }
+  return Describe(last, true);
 }
 
 StatusOr<v1::SittingInfo> ExamManager::Finish(const Grant& who) {
@@ -535,6 +616,8 @@ ItemOutcome ExamManager::Outcome(const Sitting& s, int index) {
   o.scenario_id = it.scenario;
   if (it.sessions.empty()) {
     o.state = "not started";
+    for (const auto& sc : sessions_->Catalogue())
+      if (sc.id() == it.scenario) o.title = sc.title();
     return o;
   }
   o.session_id = it.sessions.back();

@@ -88,6 +88,9 @@ class ExamManager {
   StatusOr<v1::ExamResultResponse> Result(const Grant& by, const v1::GetExamResultRequest& req);
   StatusOr<v1::ExamResultResponse> Rescore(const Grant& by, const v1::RescoreItemRequest& req);
   StatusOr<v1::ExportAuditResponse> ExportAudit(const Grant& by, const v1::ExportAuditRequest& req);
+  // Opens a retake for a candidate whose latest sitting failed, within the
+  // exam's `retakes:`.
+  StatusOr<v1::SittingInfo> AllowRetake(const Grant& by, const v1::AllowRetakeRequest& req);
   v1::ExamPublicKey PublicKey() const;
 
   // --- candidates (a proctor reads a sitting too) ---
@@ -95,6 +98,14 @@ class ExamManager {
   StatusOr<v1::SittingInfo> GetSitting(const Grant& who, const v1::GetSittingRequest& req);
   StatusOr<v1::SessionInfo> OpenItem(const Grant& who, const v1::OpenItemRequest& req);
   StatusOr<v1::SittingInfo> Finish(const Grant& who);
+
+  // Whether a candidate may still act (tools, diagnoses, fixes) on session
+  // `session_id`: one of the items of their open sitting, before its time
+  // is up. OK for every other token.
+  Status MayAct(const Grant& who, const std::string& session_id);
+  // Whether session `session_id` is an item of exam `exam_id` (a scoped
+  // proctor watches only those).
+  bool SessionInExam(const std::string& session_id, const std::string& exam_id);
 
   // Records a call a candidate made (admitted or refused) in their trail:
   // the method, its request as JSON, and the refusal if it was refused.
@@ -128,6 +139,7 @@ class ExamManager {
     std::string signed_result;
     int total = 0, max_total = 0;
     bool passed = false;
+    bool retake_allowed = false;  // a proctor opened the next sitting
     bool open() const { return ended_by.empty(); }
   };
   struct Exam {

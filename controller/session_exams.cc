@@ -21,8 +21,10 @@ class SessionManagerExams final : public ExamSessions {
     auto info = sessions_->Start(req, owner);
     if (!info.ok()) return info;
     // Before the candidate learns the session's id: no hint is taken first.
-    if (Status st = sessions_->SetExamHints(info->session_id(), hints_allowed, hint_cost); !st.ok())
+    if (Status st = sessions_->SetExamHints(info->session_id(), hints_allowed, hint_cost); !st.ok()) {
+      (void)sessions_->End(info->session_id(), "the exam could not set this item's hints");
       return st;
+    }
     return info;
   }
   StatusOr<v1::SessionInfo> Info(const std::string& id) override { return sessions_->Info(id); }

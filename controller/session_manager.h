@@ -81,6 +81,11 @@ struct SessionManagerOptions {
   NetnsFabric* fabric = nullptr;
 };
 
+// A run's throughput as the job saw it: its ranks' rates summed step by
+// step, each at the time its last rank ended that step (a postmortem's
+// impact; session_postmortem.cc).
+std::vector<std::pair<int64_t, double>> JobRate(const v1::MetricsResponse& run, bool tokens);
+
 class SessionManager : public AgentListener {
  public:
   SessionManager(SessionManagerOptions opts, Store* store, AgentPool* pool, std::vector<v1::Scenario> scenarios);

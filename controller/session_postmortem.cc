@@ -2,6 +2,7 @@
 // timeline, the impact measured from the job's own step reports against its
 // baseline, and the SRE-template document (controller/team/postmortem.h).
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "controller/session_manager.h"
@@ -33,6 +34,20 @@ std::string FaultText(const v1::ResolvedFault& f) {
 
 }  // namespace
 
+std::vector<std::pair<int64_t, double>> JobRate(const v1::MetricsResponse& run, bool tokens) {
+  std::map<int64_t, std::pair<int64_t, double>> by_step;  // step -> (when its last rank ended it, rate)
+  for (const auto& r : run.ranks())
+    for (const auto& row : r.rows()) {
+      if (row.end_unix_ms() <= 0) continue;
+      auto& [when, rate] = by_step[row.step()];
+      when = std::max(when, row.end_unix_ms());
+      rate += tokens ? row.tokens_per_s() : row.samples_per_s();
+    }
+  std::vector<std::pair<int64_t, double>> out;
+  for (const auto& [step, p] : by_step) out.push_back(p);
+  return out;
+}
+
 StatusOr<v1::PostmortemResponse> SessionManager::Postmortem(const std::string& id,
                                                             const std::vector<v1::TimelineItem>& timeline) {
   auto sp = Find(id);
@@ -50,6 +65,9 @@ StatusOr<v1::PostmortemResponse> SessionManager::Postmortem(const std::string& i
     rec = s.rec;
     sc = s.scenario;
   }
+  if (sc == nullptr)
+    return FailedPrecondition("session " + id + "'s scenario '" + rec.info().scenario_id() +
+                              "' is not in the catalogue any more: its postmortem cannot be written");
   auto diagnoses = store_->LoadDiagnoses(id);
   if (!diagnoses.ok()) return diagnoses.status();
   v1::GetMetricsRequest mreq;
@@ -64,13 +82,18 @@ StatusOr<v1::PostmortemResponse> SessionManager::Postmortem(const std::string& i
   in.session_id = id;
   in.session_start_ms = rec.info().created_unix_ms();
   in.session_end_ms = in.session_start_ms;
-  std::set<std::string> seen;
+  std::vector<std::pair<std::string, std::vector<std::string>>>
+      people;  // who and their roles, as they appear
   size_t diagnosis_no = 0;
   int64_t scored_ms = 0;
   for (const auto& t : timeline) {
     in.session_end_ms = std::max(in.session_end_ms, t.unix_ms());
-    if (!t.role().empty() && seen.insert(t.who() + " (" + t.role() + ")").second)
-      in.participants.push_back(t.who() + " (" + t.role() + ")");
+    if (!t.role().empty()) {
+      auto p = std::find_if(people.begin(), people.end(), [&](const auto& e) { return e.first == t.who(); });
+      if (p == people.end()) p = people.insert(people.end(), {t.who(), {}});
+      if (std::find(p->second.begin(), p->second.end(), t.role()) == p->second.end())
+        p->second.push_back(t.role());
+    }
     TimelineEntry e;
     e.unix_ms = t.unix_ms();
     e.who = t.who();
@@ -91,6 +114,11 @@ StatusOr<v1::PostmortemResponse> SessionManager::Postmortem(const std::string& i
       }
     }
     in.timeline.push_back(std::move(e));
+  }
+  for (const auto& [who, roles] : people) {
+    std::string text = who + " (";
+    for (size_t i = 0; i < roles.size(); ++i) text += (i ? ", " : "") + roles[i];
+    in.participants.push_back(text + ")");
   }
   IncidentFacts facts;
   facts.onset_ms = rec.fault_onset_unix_ms();
@@ -132,18 +160,13 @@ StatusOr<v1::PostmortemResponse> SessionManager::Postmortem(const std::string& i
     in.resolution = "no fix was applied";
   }
 
-  // Impact: the job's own rate (rank 0's step reports, every rank steps
-  // together) from the onset to the fix, against the baseline's.
+  // Impact: the job's own rate (its ranks' step reports summed step by
+  // step) from the onset to the fix, against the baseline's.
   const bool tokens = sc->verify().throughput_unit() == "tokens";
   in.unit = tokens ? "tokens" : "samples";
   in.baseline_rate = tokens ? rec.baseline().tokens_per_s() : rec.baseline().throughput_samples_per_s();
   std::vector<std::pair<int64_t, double>> points;
-  if (main_run.ok())
-    for (const auto& r : main_run->ranks())
-      if (r.rank() == 0)
-        for (const auto& row : r.rows())
-          if (row.end_unix_ms() > 0)
-            points.emplace_back(row.end_unix_ms(), tokens ? row.tokens_per_s() : row.samples_per_s());
+  if (main_run.ok()) points = JobRate(*main_run, tokens);
   // From the onset to the mitigation (the milestones' times), else to the
   // drill's end.
   const int64_t from = facts.onset_ms > 0 ? facts.onset_ms : rec.run_started_unix_ms();

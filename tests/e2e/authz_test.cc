@@ -191,6 +191,7 @@ std::vector<Call> EveryCall() {
          r.set_reason("test");
          return Of(c.RescoreItem(r));
        }},
+      {"AllowRetake", Kind::kProctor, [](C& c, S) { return Of(c.AllowRetake("no-such-exam", "carol")); }},
       {"GetExamPublicKey", Kind::kAnyToken, [](C& c, S) { return Of(c.GetExamPublicKey()); }},
       {"ExportAudit", Kind::kProctor, [](C& c, S) { return Of(c.ExportAudit("no-such-exam", "carol")); }},
       // Team drills.
@@ -304,6 +305,7 @@ TEST_F(AuthzTest, EveryCallRefusesATokenOfTheWrongRoleOrSession) {
       {"FinishSitting", StatusCode::kFailedPrecondition},
       {"GetExamResult", StatusCode::kNotFound},
       {"RescoreItem", StatusCode::kNotFound},
+      {"AllowRetake", StatusCode::kNotFound},
       {"GetExamPublicKey", StatusCode::kOk},
       {"ExportAudit", StatusCode::kNotFound},
       {"PostTimeline", StatusCode::kFailedPrecondition},  // the session has ended

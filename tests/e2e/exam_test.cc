@@ -83,6 +83,7 @@ TEST_F(ExamTest, AProctorRunsATwoItemExamForTwoCandidatesAndVerifiesTheResultsOf
   const json ada1 = json::parse(r.out);
   const std::string ada_session = ada1["session_id"];
   EXPECT_EQ(ada1["seed"], "0") << "a candidate never sees the seed behind their variant";
+  EXPECT_EQ(ada1["scenario_id"], "") << "nor an id that could name the cause";
   ASSERT_EQ(Cli(bob, bob_dir, {"exam", "start"}).rc, 0);
   r = Cli(bob, bob_dir, {"--json", "exam", "open", "1"});
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -105,8 +106,10 @@ TEST_F(ExamTest, AProctorRunsATwoItemExamForTwoCandidatesAndVerifiesTheResultsOf
                   owner, ada_session,
                   [](const v1::SessionStatus& s) { return s.session().state() == "running"; }, 300)
                   .ok());
-  r = Cli(ada, ada_dir, {"status"});  // her current session, remembered by `exam open`
+  r = Cli(ada, ada_dir, {"--json", "status"});  // her current session, remembered by `exam open`
   ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.find("(seed"), std::string::npos) << "the created event names the seed to others";
+  EXPECT_EQ(r.out.find("throughput-halved"), std::string::npos) << r.out;
   r = Cli(ada, ada_dir, {"diagnose", "--cause", "straggler", "--rank", "1"});
   ASSERT_EQ(r.rc, 0) << r.err;
   r = Cli(ada, ada_dir, {"hint"});  // the exam file turns hints on; this one does not
@@ -123,6 +126,14 @@ TEST_F(ExamTest, AProctorRunsATwoItemExamForTwoCandidatesAndVerifiesTheResultsOf
     EXPECT_NE(r.out.find(": finished"), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("result:"), std::string::npos) << "a candidate reads no score: " << r.out;
   }
+  // Nothing more is done in a finished sitting's items, and nobody learns
+  // their result from the controller's refusals.
+  r = Cli(ada, ada_dir, {"diagnose", "--cause", "slow-link"});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("sitting has ended"), std::string::npos) << r.err;
+  r = Cli(ada, ada_dir, {"exam", "start"});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("opened by your proctor"), std::string::npos) << r.err;
   r = Cli(ada, ada_dir, {"--json", "--session", ada_session, "score"});
   ASSERT_EQ(r.rc, 0) << r.err;
   const json sealed = json::parse(r.out);
@@ -168,6 +179,22 @@ TEST_F(ExamTest, AProctorRunsATwoItemExamForTwoCandidatesAndVerifiesTheResultsOf
     EXPECT_NE(trail.find(action), std::string::npos) << action;
   // Bob's refused look at Ada's session is in his.
   EXPECT_NE(Slurp(dir_ + "/bob.audit.jsonl").find("NOT_FOUND"), std::string::npos);
+
+  // A proctor of another exam learns nothing of this one: its sessions are
+  // no sessions, its results no results.
+  const std::string kim = dir_ + "/kim.token";
+  ASSERT_EQ(
+      Cli("", dir_, {"token", "issue", "kim", "--role", "proctor", "--exam", "other-exam", "--out", kim}).rc,
+      0);
+  r = Cli(kim, dir_, {"--session", ada_session, "status"});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("no session"), std::string::npos) << r.err;
+  r = Cli(kim, dir_, {"sessions"});
+  EXPECT_EQ(r.out.find(ada_session), std::string::npos) << r.out;
+  EXPECT_NE(Cli(lee, dir_, {"sessions"}).out.find(ada_session), std::string::npos);
+  r = Cli(kim, dir_, {"exam", "results", "ops-e2e", "ada"});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("no exam 'ops-e2e'"), std::string::npos) << r.err;
 
   // A rescore re-signs: the new result verifies, its trail records why.
   r = Cli(lee, dir_,

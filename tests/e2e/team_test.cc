@@ -163,11 +163,23 @@ TEST_F(TeamTest, ThreePeopleRunOneDrillTogetherAndGetAMeasuredPostmortem) {
   mreq.set_max_points(10000);
   auto main_run = ada.GetMetrics(mreq);
   ASSERT_TRUE(main_run.ok());
-  std::vector<std::pair<int64_t, double>> points;
+  // The job's rate: the ranks' samples/s summed step by step, at the time
+  // the step's last rank ended it.
+  std::map<int64_t, std::pair<int64_t, double>> by_step;
   for (const auto& r : main_run->ranks())
-    if (r.rank() == 0)
-      for (const auto& row : r.rows()) points.emplace_back(row.end_unix_ms(), row.samples_per_s());
+    for (const auto& row : r.rows()) {
+      by_step[row.step()].first = std::max(by_step[row.step()].first, row.end_unix_ms());
+      by_step[row.step()].second += row.samples_per_s();
+    }
+  std::vector<std::pair<int64_t, double>> points;
+  for (const auto& [step, p] : by_step) points.push_back(p);
   ASSERT_GT(points.size(), 5u);
+  // While the fault held, the job (all its ranks) ran at a fraction of its
+  // baseline: the straggler about halves it; one rank's rate would read as
+  // a quarter of that.
+  const double kept = 1.0 - pm->lost_units() / (pm->baseline_rate() * pm->impact_duration_s());
+  EXPECT_GT(kept, 0.25);
+  EXPECT_LT(kept, 0.9);
   // From the onset to the mitigation, over the session (created to its
   // last timeline entry).
   const controller::Impact want = controller::MeasureImpact(pm->baseline_rate(), points, onset, at(3),

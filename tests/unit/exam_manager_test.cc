@@ -217,7 +217,9 @@ TEST_F(ExamManagerTest, TheClockWarnsAtEachMarkAndTimeUpEndsAndScoresWhatIsOpen)
   early.set_candidate("ada");
   EXPECT_EQ(exams_->Result(proctor_, early).status().code(), StatusCode::kFailedPrecondition);
 
-  now_ = t0 + 40 * kMin;  // time-up
+  EXPECT_TRUE(exams_->MayAct(ada, item1.session_id()).ok());
+  now_ = t0 + 40 * kMin;  // time-up: nothing more is done, even before the clock's next pass
+  EXPECT_EQ(exams_->MayAct(ada, item1.session_id()).code(), StatusCode::kFailedPrecondition);
   exams_->Tick();
   EXPECT_EQ(sessions_->info_[item1.session_id()].state(), "ended");
   EXPECT_EQ(sessions_->info_[item1.session_id()].end_reason(), "the exam's time ran out");
@@ -302,7 +304,8 @@ TEST_F(ExamManagerTest, AttemptsRetakesRescoresAndTheTrailOfEveryCall) {
   EXPECT_EQ(exams_->OpenItem(bob, first).status().code(), StatusCode::kFailedPrecondition);
   const v1::SessionInfo a2 = Open(bob, 1, /*new_attempt=*/true);
   EXPECT_NE(a2.session_id(), a1.session_id());
-  EXPECT_EQ(a2.seed(), a1.seed()) << "an attempt is the same variant";
+  EXPECT_NE(a2.seed(), a1.seed()) << "each attempt is a variant of its own";
+  EXPECT_EQ(a2.scenario_id(), a1.scenario_id());
   ASSERT_TRUE(sessions_->EndItem(a2.session_id(), "ended by the learner").ok());
   first.set_new_attempt(true);
   EXPECT_EQ(exams_->OpenItem(bob, first).status().code(), StatusCode::kFailedPrecondition);
@@ -343,14 +346,34 @@ TEST_F(ExamManagerTest, AttemptsRetakesRescoresAndTheTrailOfEveryCall) {
   EXPECT_NE(trail->text().find("NOT_FOUND: no session s-999"), std::string::npos);
   EXPECT_NE(trail->text().find(R"("action":"RescoreItem")"), std::string::npos);
 
-  // A failed sitting may be retaken once, with new variants; then no more.
+  // After the sitting, nothing more is done in its items.
+  EXPECT_EQ(exams_->MayAct(bob, a2.session_id()).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(exams_->MayAct(proctor_, a2.session_id()).ok()) << "the rule is a candidate's";
+  EXPECT_TRUE(exams_->SessionInExam(a2.session_id(), "ops-1"));
+  EXPECT_FALSE(exams_->SessionInExam(a2.session_id(), "ops-2"));
+
+  // A candidate learns nothing of the result from the controller: a retake
+  // is the proctor's to open, within the exam's retakes, and only after a
+  // failed sitting.
+  auto refused = exams_->StartSitting(bob);
+  ASSERT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("opened by your proctor"), std::string::npos);
+  v1::AllowRetakeRequest allow;
+  allow.set_exam_id("ops-1");
+  allow.set_candidate("bob");
+  ASSERT_TRUE(exams_->AllowRetake(proctor_, allow).ok());
   auto retake = exams_->StartSitting(bob);
   ASSERT_TRUE(retake.ok()) << retake.status().message();
   EXPECT_EQ(retake->sitting(), 2);
   const v1::SessionInfo b1 = Open(bob, 1);
   EXPECT_NE(b1.seed(), a1.seed());
+  EXPECT_TRUE(exams_->MayAct(bob, b1.session_id()).ok());
+  EXPECT_EQ(exams_->MayAct(bob, a1.session_id()).code(), StatusCode::kFailedPrecondition)
+      << "an old sitting's item";
   ASSERT_TRUE(exams_->Finish(bob).ok());
   EXPECT_EQ(exams_->StartSitting(bob).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(exams_->AllowRetake(proctor_, allow).status().code(), StatusCode::kFailedPrecondition)
+      << "one retake only";
   EXPECT_EQ(Result("bob", 1)["total"], 50);  // the first sitting's result stands
 
   // A proctor scoped to another exam learns nothing of this one.
