@@ -13,6 +13,7 @@
 
 #include "cli/output.h"
 #include "common/paths.h"
+#include "common/text.h"
 #include "controller/exam/audit_chain.h"
 #include "controller/exam/json_read.h"
 #include "controller/exam/signing.h"
@@ -282,23 +283,14 @@ Status WriteOut(const std::string& path, const std::string& text, unsigned mode)
   return Status::Ok();
 }
 
-std::string UtcTime(int64_t unix_ms) {
-  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%H:%M:%S UTC", &tm);
-  return buf;
-}
-
 void PrintSitting(const v1::SittingInfo& s, std::ostream& out) {
   out << "exam " << s.exam_id() << " (" << s.exam_title() << "), candidate " << s.candidate() << ", sitting "
       << s.sitting() << ": " << s.state();
   if (s.state() == "open") {
     const int64_t min = s.remaining_ms() / 60000, sec = (s.remaining_ms() / 1000) % 60;
-    out << ", " << min << " min " << sec << " s left (ends " << UtcTime(s.deadline_unix_ms()) << ")";
+    out << ", " << min << " min " << sec << " s left (ends " << UtcClockText(s.deadline_unix_ms()) << ")";
   } else if (s.ended_unix_ms() > 0) {
-    out << " at " << UtcTime(s.ended_unix_ms());
+    out << " at " << UtcClockText(s.ended_unix_ms());
   }
   out << "\n";
   Table t({"ITEM", "POINTS", "STATE", "ATTEMPTS", "SESSION", "TITLE"});

@@ -292,7 +292,12 @@ void PrintScore(const v1::ScoreReport& r, std::ostream& out) {
   }
   out << (r.fix_applied() ? "fix: " + FixText(r.fix()) : std::string("no fix applied")) << "\n";
   if (!r.final()) {
-    out << "(nothing here says whether any of it is right until the session is scored)\n";
+    // An exam item's note says where its score is; a practice session's
+    // says nothing.
+    out << (r.note().empty() || r.note() == "not scored yet"
+                ? std::string("(nothing here says whether any of it is right until the session is scored)")
+                : "(" + r.note() + ")")
+        << "\n";
     return;
   }
   out << "\n";

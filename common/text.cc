@@ -54,6 +54,15 @@ std::string UtcText(int64_t unix_ms) {
   return buf;
 }
 
+std::string UtcClockText(int64_t unix_ms) {
+  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%H:%M:%S UTC", &tm);
+  return buf;
+}
+
 std::string DurationText(int64_t ms) {
   if (ms < 0) return "-";
   const int64_t s = ms / 1000;

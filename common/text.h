@@ -14,6 +14,8 @@ std::string EscapeMarkdown(const std::string& s);
 std::string EscapeHtml(const std::string& s);
 // "2026-12-06 04:00:00Z" (UTC); "-" for 0 or less.
 std::string UtcText(int64_t unix_ms);
+// The time of day alone: "12:03:07 UTC" (an exam's deadline).
+std::string UtcClockText(int64_t unix_ms);
 // "1 h 02 min", "14 min 05 s", "42 s"; "-" for a negative duration.
 std::string DurationText(int64_t ms);
 

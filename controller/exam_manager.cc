@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "controller/exam/crypto.h"
 #include "controller/exam/exam_clock.h"
 #include "controller/exam/json_read.h"
@@ -28,15 +29,6 @@ std::string Actor(const Grant& g) {
                      : g.roles & kRoleProctor   ? "proctor"
                                                 : "user";
   return std::string(role) + ":" + g.name;
-}
-
-std::string UtcClock(int64_t unix_ms) {
-  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%H:%M:%S UTC", &tm);
-  return buf;
 }
 
 std::string Minutes(int64_t ms) {
@@ -680,7 +672,7 @@ void ExamManager::Tick() {
       if (due == 0) continue;
       for (int m : ExamClock::Settled(due)) s.warned.insert(m);
       const std::string text = "exam: " + std::to_string(due) + " minutes left; at " +
-                               UtcClock(clock.deadline_ms()) +
+                               UtcClockText(clock.deadline_ms()) +
                                " every open item is ended and scored as it stands";
       s.warnings.push_back(text);
       if (Status st = Save(s); !st.ok()) spdlog::error("{}", st.message());
