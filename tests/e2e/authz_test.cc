@@ -334,11 +334,15 @@ TEST_F(AuthzTest, EveryCallRefusesATokenOfTheWrongRoleOrSession) {
           EXPECT_NE(st.code(), StatusCode::kUnauthenticated) << where;
           EXPECT_NE(st.code(), StatusCode::kPermissionDenied) << where;
           EXPECT_FALSE(st.code() == StatusCode::kNotFound && st.message() == hidden) << where;
-          if (passed.count(call.method)) EXPECT_EQ(st.code(), passed.at(call.method)) << where;
+          if (passed.count(call.method)) {
+            EXPECT_EQ(st.code(), passed.at(call.method)) << where;
+          }
           auto [first, inserted] = first_admitted.emplace(call.method, st);
           if (!inserted) {
             EXPECT_EQ(st.code(), first->second.code()) << where;
-            if (!per_caller.count(call.method)) EXPECT_EQ(st.message(), first->second.message()) << where;
+            if (!per_caller.count(call.method)) {
+              EXPECT_EQ(st.message(), first->second.message()) << where;
+            }
           }
           break;
         }
