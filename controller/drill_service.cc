@@ -50,11 +50,18 @@ void FillTokenInfo(const Grant& g, v1::TokenInfo* out) {
 bool IsCandidate(const Grant& g) { return (g.roles & kRoleCandidate) != 0; }
 
 // A tool run as the timeline shows it: the call and what it asked for.
-std::string ToolText(const char* method, const google::protobuf::Message& req) {
+// A request as JSON with its proto field names ("{}" if it cannot be
+// written): the audit trail's arguments and the timeline's tool runs.
+std::string RequestJson(const google::protobuf::Message& req) {
   google::protobuf::util::JsonPrintOptions opts;
   opts.preserve_proto_field_names = true;
   std::string text;
-  (void)google::protobuf::util::MessageToJsonString(req, &text, opts);
+  if (!google::protobuf::util::MessageToJsonString(req, &text, opts).ok()) text = "{}";
+  return text;
+}
+
+std::string ToolText(const char* method, const google::protobuf::Message& req) {
+  std::string text = RequestJson(req);
   // The session is the timeline's own: leave it out.
   const std::string id_field = "\"session_id\":";
   if (auto at = text.find(id_field); at != std::string::npos) {
@@ -126,11 +133,7 @@ void SealForCandidate(v1::SessionStatus* st) {
 StatusOr<Grant> DrillService::Recorded(const Grant& who, const char* method,
                                        const google::protobuf::Message& req, const Status& admitted) const {
   if (exams_ && (who.roles & kRoleCandidate)) {
-    google::protobuf::util::JsonPrintOptions opts;
-    opts.preserve_proto_field_names = true;
-    std::string text;
-    if (!google::protobuf::util::MessageToJsonString(req, &text, opts).ok()) text = "{}";
-    if (Status st = exams_->RecordCall(who, method, text, admitted); !st.ok())
+    if (Status st = exams_->RecordCall(who, method, RequestJson(req), admitted); !st.ok())
       return Internal("this call was not made: it could not be recorded in the exam's audit trail (" +
                       st.message() + "); tell the proctor");
   }
@@ -138,24 +141,24 @@ StatusOr<Grant> DrillService::Recorded(const Grant& who, const char* method,
   return who;
 }
 
-StatusOr<Grant> DrillService::Admit(grpc::ServerContext* ctx, Access what, const char* method,
-                                    const google::protobuf::Message& req) const {
+StatusOr<Grant> DrillService::Authenticate(grpc::ServerContext* ctx) const {
   std::string_view header;
   const auto& md = ctx->client_metadata();
   if (auto it = md.find("authorization"); it != md.end())
     header = std::string_view(it->second.data(), it->second.size());
-  auto who = gate_->Authenticate(header);
+  return gate_->Authenticate(header);
+}
+
+StatusOr<Grant> DrillService::Admit(grpc::ServerContext* ctx, Access what, const char* method,
+                                    const google::protobuf::Message& req) const {
+  auto who = Authenticate(ctx);
   if (!who.ok()) return who.status();
   return Recorded(*who, method, req, CheckAccess(*who, what));
 }
 
 StatusOr<Grant> DrillService::AdmitToSession(grpc::ServerContext* ctx, const std::string& id, SessionUse use,
                                              const char* method, const google::protobuf::Message& req) const {
-  std::string_view header;
-  const auto& md = ctx->client_metadata();
-  if (auto it = md.find("authorization"); it != md.end())
-    header = std::string_view(it->second.data(), it->second.size());
-  auto who = gate_->Authenticate(header);
+  auto who = Authenticate(ctx);
   if (!who.ok()) return who.status();
   auto owner = sessions_->OwnerOf(id);
   Status admitted = owner.status();

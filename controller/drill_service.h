@@ -88,6 +88,8 @@ class DrillService final : public v1::Drill::Service {
                              v1::PostmortemResponse*) override;
 
  private:
+  // The grant of the token the call presents (Unauthenticated if none).
+  StatusOr<Grant> Authenticate(grpc::ServerContext* ctx) const;
   // The caller's grant, if its token is live and may make a call of `what`.
   // A candidate's call (`method` with `req`) is recorded in their exam's
   // audit trail, refused or not, before it is made.

@@ -1,7 +1,6 @@
 #include "controller/exam_manager.h"
 
 #include <algorithm>
-#include <ctime>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -173,6 +172,10 @@ StatusOr<const ExamManager::Exam*> ExamManager::ProctorExam(const Grant& by,
   return &it->second;
 }
 
+ExamClock ExamManager::ClockOf(const Sitting& s) const {
+  return ExamClock(s.started_ms, exams_.at(s.exam_id).spec.time_limit_min() * opts_.minute_ms);
+}
+
 ExamManager::Sitting* ExamManager::Latest(const std::string& exam_id, const std::string& candidate) {
   auto it = sittings_.find({exam_id, candidate});
   if (it == sittings_.end() || it->second.empty()) return nullptr;
@@ -194,7 +197,7 @@ StatusOr<ExamManager::Sitting*> ExamManager::FindSitting(const std::string& exam
 
 v1::SittingInfo ExamManager::Describe(const Sitting& s, bool for_proctor) const {
   const Exam& exam = exams_.at(s.exam_id);
-  const ExamClock clock(s.started_ms, exam.spec.time_limit_min() * opts_.minute_ms);
+  const ExamClock clock = ClockOf(s);
   v1::SittingInfo out;
   out.set_exam_id(s.exam_id);
   out.set_exam_title(exam.spec.title());
@@ -311,7 +314,7 @@ StatusOr<v1::ExamResultResponse> ExamManager::Result(const Grant& by, const v1::
   auto s = FindSitting(req.exam_id(), req.candidate(), req.sitting());
   if (!s.ok()) return s.status();
   if ((*s)->signed_result.empty()) {
-    const ExamClock clock((*s)->started_ms, (*exam)->spec.time_limit_min() * opts_.minute_ms);
+    const ExamClock clock = ClockOf(**s);
     return FailedPrecondition("sitting " + std::to_string((*s)->number) + " of '" + req.candidate() +
                               "' is still open (" + Minutes(clock.RemainingMs(Now())) +
                               " left): its result is signed when it ends");
@@ -410,7 +413,7 @@ StatusOr<v1::SittingInfo> ExamManager::StartSitting(const Grant& who) {
     const ItemVariant v = DrawItemVariant(exam.secret, who.exam_id, key, i, pool.size());
     s->items.push_back(Item{pool[v.pool_index], v.seed, {}});
   }
-  const ExamClock clock(s->started_ms, exam.spec.time_limit_min() * opts_.minute_ms);
+  const ExamClock clock = ClockOf(*s);
   auto head = Audit(*s, "controller", "sitting started",
                     {{"deadline_unix_ms", clock.deadline_ms()}, {"items", exam.spec.items_size()}});
   if (!head.ok()) return head.status();
@@ -442,7 +445,7 @@ StatusOr<v1::SessionInfo> ExamManager::OpenItem(const Grant& who, const v1::Open
     return FailedPrecondition("you have no open sitting of exam '" + who.exam_id +
                               "': `firedrill exam start`");
   const Exam& exam = exams_.at(s->exam_id);
-  const ExamClock clock(s->started_ms, exam.spec.time_limit_min() * opts_.minute_ms);
+  const ExamClock clock = ClockOf(*s);
   if (clock.Expired(Now())) return FailedPrecondition("the exam's time is up: its items are being scored");
   const int n = static_cast<int>(s->items.size());
   if (req.item() < 1 || req.item() > n)
@@ -508,7 +511,7 @@ Status ExamManager::MayAct(const Grant& who, const std::string& session_id) {
     for (const Item& it : s->items)
       item |= std::find(it.sessions.begin(), it.sessions.end(), session_id) != it.sessions.end();
   if (!item) return FailedPrecondition("this item's sitting has ended: nothing more can be done in it");
-  const ExamClock clock(s->started_ms, exams_.at(s->exam_id).spec.time_limit_min() * opts_.minute_ms);
+  const ExamClock clock = ClockOf(*s);
   if (clock.Expired(Now())) return FailedPrecondition("the exam's time is up: its items are being scored");
   return Status::Ok();
 }
@@ -662,8 +665,7 @@ void ExamManager::Tick() {
     for (auto& sp : list) {
       Sitting& s = *sp;
       if (!s.open() || closing_.count(&s)) continue;
-      const Exam& exam = exams_.at(s.exam_id);
-      const ExamClock clock(s.started_ms, exam.spec.time_limit_min() * opts_.minute_ms);
+      const ExamClock clock = ClockOf(s);
       if (clock.Expired(now)) {
         expired.push_back(&s);
         continue;

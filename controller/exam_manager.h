@@ -25,6 +25,7 @@
 
 #include "common/status.h"
 #include "controller/authz.h"
+#include "controller/exam/exam_clock.h"
 #include "controller/exam/exam_result.h"
 #include "controller/exam/signing.h"
 #include "firedrill/v1/controller.pb.h"
@@ -154,6 +155,9 @@ class ExamManager {
   StatusOr<const Exam*> ProctorExam(const Grant& by, const std::string& exam_id) const;
   StatusOr<Sitting*> FindSitting(const std::string& exam_id, const std::string& candidate, int number);
   Sitting* Latest(const std::string& exam_id, const std::string& candidate);
+  // A sitting's clock: its start and its exam's limit (loaded sittings all
+  // have their exam).
+  ExamClock ClockOf(const Sitting& s) const;
   v1::SittingInfo Describe(const Sitting& s, bool for_proctor) const;
   Status Save(const Sitting& s);
   StatusOr<AuditHead> Audit(const Sitting& s, const std::string& actor, const std::string& action,
