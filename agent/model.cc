@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
@@ -17,6 +18,8 @@ namespace {
 // message and becomes RESOURCE_EXHAUSTED; anything else is internal.
 Status LossError(const char* model, const std::exception& e) {
   if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) return ResourceExhausted(ErrorText(e));
+  if (const auto* tp = dynamic_cast<const TensorParallelError*>(&e))
+    return Status(tp->status().code(), std::string(model) + " forward: " + tp->status().message());
   return Internal(std::string(model) + " loss failed: " + ErrorText(e));
 }
 
@@ -134,6 +137,7 @@ class GptModel final : public TrainModel {
   }
 
   double TrainFlopsPerToken(int64_t context) const override { return gpt_->TrainFlopsPerToken(context); }
+  GptImpl* gpt() override { return gpt_.get(); }
   torch::nn::Module& module() override { return *gpt_; }
   const torch::nn::Module& module() const override { return *gpt_; }
   ComputeSeam& seam() override { return gpt_->seam; }
@@ -220,10 +224,30 @@ StatusOr<torch::nn::Sequential> BuildModel(const v1::ModelSpec& spec, uint64_t s
   }
 }
 
+void AssignStage(int64_t layers, int stage, int stages, ModelShard* shard) {
+  const int64_t base = layers / stages, extra = layers % stages;
+  shard->first_block = stage * base + std::min<int64_t>(stage, extra);
+  shard->stage_blocks = base + (stage < extra ? 1 : 0);
+}
+
 StatusOr<std::unique_ptr<TrainModel>> CreateModel(const v1::ModelSpec& spec, uint64_t seed) {
+  return CreateModel(spec, seed, ModelShard{});
+}
+
+StatusOr<std::unique_ptr<TrainModel>> CreateModel(const v1::ModelSpec& spec, uint64_t seed,
+                                                  const ModelShard& shard) {
   FD_RETURN_IF_ERROR(ValidateModelSpec(spec));
+  const bool whole = shard.tp_size == 1 && shard.first_block == 0 && shard.stage_blocks < 0;
+  if (!whole && spec.kind() != "gpt-tiny")
+    return InvalidArgument("tensor and pipeline parallelism split gpt-tiny's blocks; model.kind is " +
+                           spec.kind());
   if (spec.kind() == "gpt-tiny") {
-    auto gpt = BuildGpt(GptConfigFromSpec(spec), seed);
+    GptConfig cfg = GptConfigFromSpec(spec);
+    cfg.tp_size = shard.tp_size;
+    cfg.tp_rank = shard.tp_rank;
+    cfg.first_block = shard.first_block;
+    cfg.stage_blocks = shard.stage_blocks;
+    auto gpt = BuildGpt(cfg, seed);
     if (!gpt.ok()) return gpt.status();
     return std::unique_ptr<TrainModel>(new GptModel(std::move(gpt).value()));
   }

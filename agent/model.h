@@ -58,6 +58,8 @@ class TrainModel {
   virtual const torch::nn::Module& module() const = 0;
   // Where a precision mode hooks in (agent/gpt.h ComputeSeam).
   virtual ComputeSeam& seam() = 0;
+  // gpt-tiny itself (its stages and tensor-parallel links); null for mlp.
+  virtual GptImpl* gpt() { return nullptr; }
 
   std::vector<at::Tensor> parameters() const { return module().parameters(); }
   int64_t num_parameters() const;
@@ -66,5 +68,20 @@ class TrainModel {
 // Builds the model `spec` names, initialised from `seed` without touching the
 // global RNG. For mlp the parameters equal BuildModel(spec, seed)'s.
 StatusOr<std::unique_ptr<TrainModel>> CreateModel(const v1::ModelSpec& spec, uint64_t seed);
+
+// One rank's part of a model-parallel gpt-tiny (agent/gpt.h): its
+// tensor-parallel shard and pipeline stage. The defaults are the whole.
+struct ModelShard {
+  int64_t tp_size = 1;
+  int64_t tp_rank = 0;
+  int64_t first_block = 0;
+  int64_t stage_blocks = -1;
+};
+// Pipeline stage `stage` of `stages` over `layers` blocks: an even split,
+// the first stages taking one more where it does not divide (Megatron's
+// uniform split). Sets first_block and stage_blocks.
+void AssignStage(int64_t layers, int stage, int stages, ModelShard* shard);
+StatusOr<std::unique_ptr<TrainModel>> CreateModel(const v1::ModelSpec& spec, uint64_t seed,
+                                                  const ModelShard& shard);
 
 }  // namespace firedrill::agent

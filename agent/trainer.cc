@@ -4,8 +4,9 @@
 // carries the ranks' votes to stop, so stopping costs no extra collective.
 #include "agent/trainer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <spdlog/spdlog.h>
 #include <time.h>
-
 #include <torch/torch.h>
 
 #include <chrono>
@@ -14,32 +15,33 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
-
-#include <ATen/CPUGeneratorImpl.h>
-#include <spdlog/spdlog.h>
 
 #include "agent/checkpoint.h"
 #include "agent/comm/process_group.h"
 #include "agent/data.h"
+#include "agent/error_text.h"
 #include "agent/loss_scaler.h"
 #include "agent/memory.h"
 #include "agent/model.h"
 #include "agent/optim.h"
-#include "agent/zero.h"
 #include "agent/peak_flops.h"
+#include "agent/pipeline.h"
 #include "agent/precision.h"
 #include "agent/probe.h"
 #include "agent/reducer.h"
 #include "agent/train_state.h"
+#include "agent/zero.h"
 #include "common/rng.h"
 #include "faults/cpu_quota.h"
 #include "faults/runner.h"
 #include "faults/seams.h"
 #include "faults/shaped_link.h"
 #include "faults/throttled_compute.h"
-#include "agent/error_text.h"
+#include "parallel/mesh.h"
+#include "scenario/loader.h"
 
 namespace firedrill::agent {
 
@@ -174,6 +176,10 @@ Status ValidateJob(const TrainerOptions& o) {
   if (!(j.memory().device_budget_mb() >= 0)) return InvalidArgument("memory.device_budget_mb must be >= 0 (0 = unlimited)");
   if (o.rank > 0 && !o.await_store)
     return InvalidArgument("rank " + std::to_string(o.rank) + " needs await_store");
+  // Model parallelism: the scenario's own checks (a mesh the world divides
+  // into, gpt-tiny, what the model-parallel path does so far).
+  if (std::max(1, j.parallel().tp()) * std::max(1, j.parallel().pp()) > 1)
+    FD_RETURN_IF_ERROR(scenario::ValidateParallel(j, "rank " + std::to_string(o.rank)));
   return Status::Ok();
 }
 
@@ -328,6 +334,38 @@ struct Trainer::Impl {
   std::string ParamsDigest();
   int64_t probe_rounds = 0;
   std::string who() const { return "rank " + std::to_string(rank); }
+
+  // Model parallelism (job.parallel with tp x pp > 1): the mesh, this
+  // rank's place, its groups (joined when the run starts) and this step's
+  // tensor-parallel tally. Without it dp_* are the world's and the groups
+  // empty: the job's own group carries everything, as before.
+  std::optional<parallel::Mesh> mesh;
+  parallel::Coords coords;
+  int dp_size = 1, dp_rank = 0;
+  PipelineSchedule schedule = PipelineSchedule::kOneFOneB;
+  std::unique_ptr<comm::ProcessGroup> tp_group, pp_group, dp_group, emb_group;
+  std::unique_ptr<StageLinks> stage_links;
+  struct {
+    double ms = 0;
+    int count = 0;
+    int64_t bytes = 0;
+    // Each all-reduce's start and duration, for the trace (slices within
+    // the layers' forward and backward); the first kMaxTpSpans of a step.
+    std::vector<std::pair<std::chrono::steady_clock::time_point, double>> spans;
+  } tp_tally;
+  static constexpr size_t kMaxTpSpans = 128;
+  int64_t current_step = 0;  // what the tensor-parallel all-reduces label
+  // Joins this rank's TP, PP, DP and embedding groups (each member calls,
+  // in the same order on every rank) and links the model's shards to them.
+  Status JoinMeshGroups(comm::ProcessGroup& pg, std::chrono::milliseconds timeout);
+  comm::ProcessGroup& DataGroup(comm::ProcessGroup& pg) { return dp_group ? *dp_group : pg; }
+  // After the gradients are averaged over the data-parallel group: the
+  // tied embedding's two copies (first and last stage) summed, so both
+  // take the same step.
+  Status SyncTiedEmbedding(int64_t step);
+  // This rank's part of the job's squared gradient norm: each gradient once
+  // over the whole job (replicated ones divided by the ranks holding them).
+  double GradSquaredShare();
 };
 
 void Trainer::Impl::StretchSince(std::chrono::steady_clock::time_point& mark) const {
@@ -352,7 +390,27 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
   impl->threads = std::max(1, job.threads_per_rank());
   impl->accum = std::max(1, job.grad_accum_steps());
   impl->max_steps = opts.max_steps > 0 ? opts.max_steps : job.steps();
-  impl->global_batch = static_cast<int64_t>(job.data().batch_size()) * impl->accum * impl->world;
+  impl->dp_size = impl->world;
+  impl->dp_rank = impl->rank;
+  ModelShard shard;
+  const int tp = std::max(1, job.parallel().tp()), pp = std::max(1, job.parallel().pp());
+  if (tp * pp > 1) {
+    auto mesh = parallel::Mesh::Create(impl->world, tp, pp, job.parallel().order());
+    if (!mesh.ok()) return WithPrefix(who, mesh.status());
+    auto schedule = ParsePipelineSchedule(job.parallel().schedule());
+    if (!schedule.ok()) return WithPrefix(who, schedule.status());
+    impl->schedule = *schedule;
+    impl->mesh = *mesh;
+    impl->coords = mesh->CoordsOf(impl->rank);
+    impl->dp_size = mesh->size(parallel::Dim::kDp);
+    impl->dp_rank = impl->coords.dp;
+    shard.tp_size = tp;
+    shard.tp_rank = impl->coords.tp;
+    if (pp > 1) AssignStage(job.model().layers(), impl->coords.pp, pp, &shard);
+  }
+  // The data-parallel replicas share the batch; a model-parallel replica's
+  // ranks train on the same one.
+  impl->global_batch = static_cast<int64_t>(job.data().batch_size()) * impl->accum * impl->dp_size;
   impl->target_lr = ScaledLr(job.optim(), impl->global_batch);
   const uint64_t data_seed = job.data().seed() != 0 ? static_cast<uint64_t>(job.data().seed())
                                                     : SplitMix64(opts.seed ^ HashLabel("data"));
@@ -365,6 +423,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
   auto data = DataOptionsFromJob(job, impl->rank, data_seed, impl->threads);
   if (!data.ok()) return WithPrefix(who, data.status());
   impl->data = *data;
+  impl->data.rank = impl->dp_rank;
+  impl->data.world_size = impl->dp_size;
   auto runner = faults::FaultRunner::Create(opts.faults);
   if (!runner.ok()) return WithPrefix(who, runner.status());
   impl->faults = std::move(runner).value();
@@ -391,7 +451,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
             impl->rank);
   try {
     at::set_num_threads(impl->threads);
-    auto model = CreateModel(job.model(), SplitMix64(opts.seed ^ HashLabel("model.init")));
+    auto model = CreateModel(job.model(), SplitMix64(opts.seed ^ HashLabel("model.init")), shard);
     if (!model.ok()) return WithPrefix(who, model.status());
     impl->model = std::move(model).value();
     impl->model->seam() = MakeSeam(impl->precision);
@@ -407,7 +467,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
   ro.first_bucket_bytes = BucketBytes(job.comm().first_bucket_mb(), kDefaultFirstBucketMb);
   ro.bucket_bytes = BucketBytes(job.comm().bucket_mb(), kDefaultBucketMb);
   ro.flat = job.comm().flat_allreduce();
-  ro.world_size = impl->world;
+  ro.world_size = impl->dp_size;
   ro.rank = impl->rank;
   ro.before_launch = [raw = impl.get()] { raw->StretchSince(raw->stretch_mark); };
   try {
@@ -592,10 +652,13 @@ Status Trainer::Run(const std::atomic<bool>& stop,
       pg = std::move(join).value();
     }
     FD_RETURN_IF_ERROR(BeforeStep(step, pg->Connect()));
-    FD_RETURN_IF_ERROR(BeforeStep(step, m.reducer->Bind(pg.get())));
+    if (m.mesh) FD_RETURN_IF_ERROR(BeforeStep(step, m.JoinMeshGroups(*pg, go.timeout)));
+    FD_RETURN_IF_ERROR(BeforeStep(step, m.reducer->Bind(&m.DataGroup(*pg))));
     // Skipping it leaves each rank with its own initial weights: the
-    // mechanism of a silent-divergence fault.
-    if (!m.opts.job.comm().skip_param_broadcast()) FD_RETURN_IF_ERROR(m.BroadcastParameters(*pg, step));
+    // mechanism of a silent-divergence fault. Model-parallel shards differ
+    // by design: each takes its data-parallel group's first replica's.
+    if (!m.opts.job.comm().skip_param_broadcast())
+      FD_RETURN_IF_ERROR(m.BroadcastParameters(m.DataGroup(*pg), step));
     FD_RETURN_IF_ERROR(BeforeStep(step, m.parameter_bits->Arm()));
     return m.Train(stop, on_step, *pg, step);
   } catch (const std::exception& e) {
@@ -603,6 +666,76 @@ Status Trainer::Run(const std::atomic<bool>& stop,
   } catch (...) {
     return Internal(who + " step " + std::to_string(step) + ": unknown exception");
   }
+}
+
+Status Trainer::Impl::JoinMeshGroups(comm::ProcessGroup& pg, std::chrono::milliseconds timeout) {
+  using parallel::Dim;
+  const parallel::Mesh& mm = *mesh;
+  // Every rank joins its groups in the same order (TP, PP, DP, embedding),
+  // so no rank waits in one group's rendezvous for a peer that is still in
+  // another's.
+  if (mm.size(Dim::kTp) > 1) {
+    auto g = pg.NewSubgroup("tp", mm.Group(Dim::kTp, rank), timeout);
+    if (!g.ok()) return g.status();
+    tp_group = std::move(g).value();
+    GptImpl* gpt = model->gpt();
+    gpt->tp.all_reduce = [this, group = tp_group.get()](at::Tensor& t) {
+      const auto t0 = Clock::now();
+      Status st = group->AllReduceSum(t, current_step);
+      const double ms = MsSince(t0, Clock::now());
+      tp_tally.ms += ms;
+      if (tp_tally.spans.size() < kMaxTpSpans) tp_tally.spans.emplace_back(t0, ms);
+      tp_tally.count += 1;
+      tp_tally.bytes += static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+      return st;
+    };
+  }
+  if (mm.size(Dim::kPp) > 1) {
+    auto g = pg.NewSubgroup("pp", mm.Group(Dim::kPp, rank), timeout);
+    if (!g.ok()) return g.status();
+    pp_group = std::move(g).value();
+    stage_links = GroupStageLinks(pp_group.get());
+  }
+  auto dp = pg.NewSubgroup("dp", mm.Group(Dim::kDp, rank), timeout);
+  if (!dp.ok()) return dp.status();
+  dp_group = std::move(dp).value();
+  // Tied embeddings over a pipeline: the first stage's wte and the last
+  // stage's copy (Megatron's embedding group).
+  const GptImpl* gpt = model->gpt();
+  if (mm.size(Dim::kPp) > 1 && gpt->config().tie_embeddings && (gpt->first_stage() || gpt->last_stage())) {
+    const std::vector<int> stages = mm.Group(Dim::kPp, rank);
+    auto g = pg.NewSubgroup("emb", {stages.front(), stages.back()}, timeout);
+    if (!g.ok()) return g.status();
+    emb_group = std::move(g).value();
+  }
+  return Status::Ok();
+}
+
+Status Trainer::Impl::SyncTiedEmbedding(int64_t step) {
+  if (!emb_group) return Status::Ok();
+  auto named = model->module().named_parameters();
+  at::Tensor* wte = named.find("wte.weight");
+  if (wte == nullptr || !wte->grad().defined())
+    return Internal(who() + " step " + std::to_string(step) +
+                    ": the tied embedding has no gradient to share");
+  at::Tensor g = wte->grad();
+  return emb_group->AllReduceSum(g, step);
+}
+
+double Trainer::Impl::GradSquaredShare() {
+  const GptImpl* gpt = model->gpt();
+  const double tp = mesh ? mesh->size(parallel::Dim::kTp) : 1;
+  double sum = 0;
+  for (const auto& np : model->module().named_parameters()) {
+    const at::Tensor& g = np.value().grad();
+    if (!g.defined()) continue;
+    // The last stage's copy of a tied embedding has the same (summed)
+    // gradient as the first stage's: counted there.
+    if (gpt != nullptr && np.key() == "wte.weight" && !gpt->first_stage()) continue;
+    const double sq = g.pow(2).sum().item<double>();
+    sum += TpSplitOf(np.key()) == TpSplit::kReplicated ? sq / tp : sq;
+  }
+  return sum / dp_size;  // every data-parallel replica holds the same averaged gradients
 }
 
 Status Trainer::Impl::BroadcastParameters(comm::ProcessGroup& pg, int64_t step) {
@@ -677,6 +810,8 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         sample_latency_ms = ms;
         loader->set_sample_latency_ms(ms);
       }
+      current_step = step;
+      tp_tally = {};
       double data_ms = 0, forward_ms = 0, backward_ms = 0, loss_value = 0, padding = 0, model_flops = 0;
       double compute_cpu_ms = 0;  // the training thread's CPU time in forward, backward and optimiser
       CommTally step_comm;
@@ -693,79 +828,142 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         sp->set_micro(micro);
       };
 
-      for (int micro = 0; micro < accum; ++micro) {
-        phase = "data";
-        auto t0 = Clock::now();
-        auto batch = loader->Next();
-        if (!batch.ok()) return WithPrefix(who + " step " + std::to_string(step) + ": ", batch.status());
-        if (opts.on_batch) opts.on_batch(step, micro, *batch);
-        tokens += batch->tokens;
-        padding += batch->padding_fraction;
-        auto t1 = Clock::now();
-        data_ms += MsSince(t0, t1);
-        span("data", t0, t1, micro);
-        // Useful work only: padding is computed but not counted, so padding
-        // waste shows as lower MFU.
-        if (telemetry)
-          model_flops += batch->tokens > 0
-                           ? static_cast<double>(batch->tokens) * model->TrainFlopsPerToken(batch->x.size(1))
-                           : static_cast<double>(batch->rows()) * model->TrainFlopsPerToken(0);
-
-        // Each compute phase reports its measured time to the hooks inside
-        // its own timing, so a straggler's extra sleep lands in
-        // forward/backward.
-        phase = "forward";
-        t0 = Clock::now();
-        double cpu0 = ThreadCpuMs();
-        stretch_mark = t0;
-        auto computed = model->Loss(*batch);
-        if (!computed.ok())
-          return WithPrefix(who + " step " + std::to_string(step) + ": forward: ", computed.status());
-        at::Tensor loss = std::move(computed).value();
-        // The mean over the step's micro-batches is what one large batch
-        // would give: the gradient of loss/K summed over K backward passes.
-        // The "sum" bug leaves it undivided, so its gradient is K times
-        // one large batch's; the step's reported loss is the mean either way
-        // (what such a loop logs).
-        if (accum > 1 && !sum_losses) loss = loss / accum;
-        loss_value += loss.item<double>() / (sum_losses ? accum : 1);
-        // GradScaler.scale(): the scaled loss goes backward, so fp16
-        // gradients sit in a range half can hold.
-        if (scaling) loss = loss * scaler->scale();
-        StretchSince(stretch_mark);
-        t1 = Clock::now();
+      // A pipeline stage: every micro-batch's data first (each stage reads
+      // the same batches: their shapes, masks and targets), then the
+      // schedule's forwards and backwards, exchanging activations and their
+      // gradients with the neighbouring stages.
+      StageStep pipeline;
+      int64_t pp_send_bytes = 0;
+      double pipeline_start_ms = 0;  // when this stage's first forward could start (its data loaded)
+      if (pp_group) {
+        std::vector<MicroBatch> micro_batches;
+        for (int micro = 0; micro < accum; ++micro) {
+          phase = "data";
+          const auto t0 = Clock::now();
+          auto batch = loader->Next();
+          if (!batch.ok()) return WithPrefix(who + " step " + std::to_string(step) + ": ", batch.status());
+          if (opts.on_batch) opts.on_batch(step, micro, *batch);
+          tokens += batch->tokens;
+          padding += batch->padding_fraction;
+          const auto t1 = Clock::now();
+          data_ms += MsSince(t0, t1);
+          span("data", t0, t1, micro);
+          if (telemetry)
+            model_flops += static_cast<double>(batch->tokens) * model->TrainFlopsPerToken(batch->x.size(1));
+          micro_batches.push_back({batch->x, batch->y, batch->mask});
+        }
+        phase = "pipeline";
+        const GptImpl& gpt = *model->gpt();
+        const int stage = coords.pp, stages = mesh->size(parallel::Dim::kPp);
+        const double cpu0 = ThreadCpuMs();
+        pipeline_start_ms = MsSince(t_step, Clock::now());
+        StageHooks hooks;
+        hooks.before_backward = [&](bool last_backward) {
+          // DDP's no_sync() but on the stage's last backward.
+          if (last_backward) reducer->ShareStretch(compute->SharedStretch());
+          reducer->Prepare(dp_group.get(), step, last_backward, false, false);
+        };
+        // A slowed device's sleep inside each compute slice, as the data-
+        // parallel path stretches its forward and backward.
+        hooks.compute = [&](bool begin) {
+          if (begin) {
+            stretch_mark = Clock::now();
+          } else {
+            StretchSince(stretch_mark);
+          }
+        };
+        auto ran = RunStageStep(gpt, StageSchedule(schedule, stage, stages, accum), stage, stages,
+                                micro_batches, *stage_links, step, t_step, hooks);
+        if (!ran.ok()) return ran.status();
         compute_cpu_ms += ThreadCpuMs() - cpu0;
-        forward_ms += MsSince(t0, t1);
-        span("forward", t0, t1, micro);
+        pipeline = std::move(ran).value();
+        pp_send_bytes = pipeline.sent_bytes;
+        loss_value = pipeline.loss;
+        for (const auto& s : pipeline.slices) {
+          (s.forward ? forward_ms : backward_ms) += s.dur_ms;
+          if (!telemetry) continue;
+          v1::Span* sp = report.add_spans();
+          sp->set_name(s.forward ? "forward" : "backward");
+          sp->set_start_ms(s.start_ms);
+          sp->set_dur_ms(s.dur_ms);
+          sp->set_micro(s.micro);
+        }
+      } else {
+        for (int micro = 0; micro < accum; ++micro) {
+          phase = "data";
+          auto t0 = Clock::now();
+          auto batch = loader->Next();
+          if (!batch.ok()) return WithPrefix(who + " step " + std::to_string(step) + ": ", batch.status());
+          if (opts.on_batch) opts.on_batch(step, micro, *batch);
+          tokens += batch->tokens;
+          padding += batch->padding_fraction;
+          auto t1 = Clock::now();
+          data_ms += MsSince(t0, t1);
+          span("data", t0, t1, micro);
+          // Useful work only: padding is computed but not counted, so padding
+          // waste shows as lower MFU.
+          if (telemetry)
+            model_flops +=
+                batch->tokens > 0
+                    ? static_cast<double>(batch->tokens) * model->TrainFlopsPerToken(batch->x.size(1))
+                    : static_cast<double>(batch->rows()) * model->TrainFlopsPerToken(0);
 
-        phase = "backward";
-        t0 = Clock::now();
-        cpu0 = ThreadCpuMs();
-        stretch_mark = t0;
-        // Only the last micro-batch synchronises (DDP's no_sync() on the
-        // others): its hooks start the bucket all-reduces during backward.
-        // Without no_sync() every backward does, and the loop waits for its
-        // all-reduces before the next micro-batch adds into the buckets (as
-        // DDP's backward does before it returns). Votes ride the last only.
-        const bool last = micro == accum - 1;
-        const bool sync = last || sync_every_micro;
-        // With the votes: this rank's compute stretch, by which a slowed
-        // rank's governor measures how slow a healthy one is now.
-        if (sync) reducer->ShareStretch(compute->SharedStretch());
-        reducer->Prepare(&pg, step, sync, last && stop.load(std::memory_order_relaxed),
-                         last && opts.probes && opts.probes->pending());
-        loss.backward();
-        StretchSince(stretch_mark);
-        t1 = Clock::now();
-        compute_cpu_ms += ThreadCpuMs() - cpu0;
-        backward_ms += MsSince(t0, t1);
-        span("backward", t0, t1, micro);
-        if (sync && !last) {
-          reducer->RebindGrads();
-          phase = "gradient all-reduce";
-          auto early = reducer->Finish();
-          if (!early.ok()) return early.status();
-          AddAllReduces(*early, t_step, micro, telemetry ? &report : nullptr, &step_comm);
+          // Each compute phase reports its measured time to the hooks inside
+          // its own timing, so a straggler's extra sleep lands in
+          // forward/backward.
+          phase = "forward";
+          t0 = Clock::now();
+          double cpu0 = ThreadCpuMs();
+          stretch_mark = t0;
+          auto computed = model->Loss(*batch);
+          if (!computed.ok())
+            return WithPrefix(who + " step " + std::to_string(step) + ": forward: ", computed.status());
+          at::Tensor loss = std::move(computed).value();
+          // The mean over the step's micro-batches is what one large batch
+          // would give: the gradient of loss/K summed over K backward passes.
+          // The "sum" bug leaves it undivided, so its gradient is K times
+          // one large batch's; the step's reported loss is the mean either way
+          // (what such a loop logs).
+          if (accum > 1 && !sum_losses) loss = loss / accum;
+          loss_value += loss.item<double>() / (sum_losses ? accum : 1);
+          // GradScaler.scale(): the scaled loss goes backward, so fp16
+          // gradients sit in a range half can hold.
+          if (scaling) loss = loss * scaler->scale();
+          StretchSince(stretch_mark);
+          t1 = Clock::now();
+          compute_cpu_ms += ThreadCpuMs() - cpu0;
+          forward_ms += MsSince(t0, t1);
+          span("forward", t0, t1, micro);
+
+          phase = "backward";
+          t0 = Clock::now();
+          cpu0 = ThreadCpuMs();
+          stretch_mark = t0;
+          // Only the last micro-batch synchronises (DDP's no_sync() on the
+          // others): its hooks start the bucket all-reduces during backward.
+          // Without no_sync() every backward does, and the loop waits for its
+          // all-reduces before the next micro-batch adds into the buckets (as
+          // DDP's backward does before it returns). Votes ride the last only.
+          const bool last = micro == accum - 1;
+          const bool sync = last || sync_every_micro;
+          // With the votes: this rank's compute stretch, by which a slowed
+          // rank's governor measures how slow a healthy one is now.
+          if (sync) reducer->ShareStretch(compute->SharedStretch());
+          reducer->Prepare(&DataGroup(pg), step, sync, last && stop.load(std::memory_order_relaxed),
+                           last && opts.probes && opts.probes->pending());
+          loss.backward();
+          StretchSince(stretch_mark);
+          t1 = Clock::now();
+          compute_cpu_ms += ThreadCpuMs() - cpu0;
+          backward_ms += MsSince(t0, t1);
+          span("backward", t0, t1, micro);
+          if (sync && !last) {
+            reducer->RebindGrads();
+            phase = "gradient all-reduce";
+            auto early = reducer->Finish();
+            if (!early.ok()) return early.status();
+            AddAllReduces(*early, t_step, micro, telemetry ? &report : nullptr, &step_comm);
+          }
         }
       }
       const int64_t activation_peak = probe.End();
@@ -777,6 +975,48 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
       const ReduceStats& rs = *reduced;
       AddAllReduces(rs, t_step, -1, telemetry ? &report : nullptr, &step_comm);
       compute->OnPeers(rs.peer_stretch);
+      bool stop_now = rs.stop, probe_now = rs.probe;
+      double job_grad_sq = 0, bubble = 0;
+      if (mesh) {
+        phase = "tied embedding all-reduce";
+        FD_RETURN_IF_ERROR(SyncTiedEmbedding(step));
+        // The votes ride the data-parallel buckets only within a replica: one
+        // small all-reduce over the job agrees on them, and carries the
+        // gradient norm (every shard's part), when each stage's part of the
+        // pipeline ended (for the bubble) and each replica's loss (its last
+        // stage's), which every rank of the replica reports, as a
+        // data-parallel rank reports its own batch's.
+        phase = "step agreement";
+        const int stages = mesh->size(parallel::Dim::kPp);
+        const double tp = mesh->size(parallel::Dim::kTp);
+        enum : int64_t { kStop, kProbe, kGradSq, kStageEnds };
+        const int64_t losses = kStageEnds + stages;
+        at::Tensor v = at::zeros({losses + dp_size}, at::kDouble);
+        auto a = v.accessor<double, 1>();
+        a[kStop] = stop.load(std::memory_order_relaxed) ? 1 : 0;
+        a[kProbe] = opts.probes && opts.probes->pending() ? 1 : 0;
+        {
+          std::lock_guard<std::mutex> lock(param_mu);
+          a[kGradSq] = GradSquaredShare();
+        }
+        // From the pipeline's start: loading the batches (a slow loader's
+        // time) is not the schedule's idle time.
+        const double end_ms = pipeline.slices.empty() ? 0
+                                                      : pipeline.slices.back().start_ms +
+                                                            pipeline.slices.back().dur_ms - pipeline_start_ms;
+        a[kStageEnds + coords.pp] = end_ms / (tp * dp_size);
+        if (model->gpt()->last_stage()) a[losses + dp_rank] = loss_value / tp;
+        FD_RETURN_IF_ERROR(pg.AllReduceSum(v, step));
+        stop_now = a[kStop] > 0.5;
+        probe_now = a[kProbe] > 0.5;
+        job_grad_sq = a[kGradSq];
+        loss_value = a[losses + dp_rank];
+        double span_ms = 0;
+        for (int s = 0; s < stages; ++s) span_ms = std::max(span_ms, a[kStageEnds + s]);
+        // The pipeline's wall time is the longest stage's (stage 0's last
+        // backward); this stage computed for part of it.
+        if (pp_group && span_ms > 0) bubble = std::max(0.0, 1.0 - (forward_ms + backward_ms) / span_ms);
+      }
 
       phase = "optimizer";
       auto t0 = Clock::now();
@@ -796,6 +1036,7 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
           // Zeroing in the same pass as the update: the gradients are read
           // there anyway, and the next backward accumulates into them.
           grad_sq = optim->Step(lr, /*zero_grad=*/true);
+          if (mesh) grad_sq = job_grad_sq;  // this rank's is one shard's
           if (zero != nullptr) {
             // Every rank's updated partition into every rank's parameters:
             // a collective the step waits for, so exposed communication.
@@ -870,9 +1111,13 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         report.set_skipped_total(scaler->skipped_total());
         report.set_micro_batches(accum);
         report.set_global_batch(global_batch);
-        report.set_consumed_samples(loader->Cursor().next_batch * data.batch_size * world);
-        report.set_samples_per_s(step_ms > 0 ? data.batch_size * accum * 1000.0 / step_ms : 0.0);
-        report.set_tokens_per_s(step_ms > 0 ? tokens * 1000.0 / step_ms : 0.0);
+        report.set_consumed_samples(loader->Cursor().next_batch * data.batch_size * dp_size);
+        // A model-parallel replica's ranks train on the same samples: each
+        // reports its share, so the job's rate is still the sum over ranks.
+        const double share =
+            mesh ? 1.0 / (mesh->size(parallel::Dim::kTp) * mesh->size(parallel::Dim::kPp)) : 1.0;
+        report.set_samples_per_s(step_ms > 0 ? share * data.batch_size * accum * 1000.0 / step_ms : 0.0);
+        report.set_tokens_per_s(step_ms > 0 ? share * tokens * 1000.0 / step_ms : 0.0);
         report.set_model_flops_per_s(step_ms > 0 ? model_flops * 1000.0 / step_ms : 0.0);
         report.set_peak_flops_per_s(peak_flops);
         report.set_padding_fraction(padding / accum);
@@ -886,6 +1131,30 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
                                    .count());
         report.set_start_unix_ns(report.end_unix_ns() - static_cast<int64_t>(step_ms * 1e6));
         report.set_collective_seq(pg.seq());
+        if (mesh) {
+          v1::MeshPlace* place = report.mutable_mesh();
+          place->set_tp(coords.tp);
+          place->set_dp(coords.dp);
+          place->set_pp(coords.pp);
+          place->set_tp_size(mesh->size(parallel::Dim::kTp));
+          place->set_dp_size(dp_size);
+          place->set_pp_size(mesh->size(parallel::Dim::kPp));
+          place->set_order(mesh->order_text());
+          if (pp_group) place->set_schedule(PipelineScheduleName(schedule));
+          report.set_tp_comm_ms(tp_tally.ms);
+          for (const auto& [t0, ms] : tp_tally.spans) {
+            v1::Span* sp = report.add_spans();
+            sp->set_name("tp allreduce");
+            sp->set_start_ms(MsSince(t_step, t0));
+            sp->set_dur_ms(ms);
+            sp->set_micro(-1);
+          }
+          report.set_tp_allreduces(tp_tally.count);
+          report.set_tp_allreduce_bytes(tp_tally.bytes);
+          report.set_pp_wait_ms(pipeline.recv_wait_ms + pipeline.send_wait_ms);
+          report.set_pp_send_bytes(pp_send_bytes);
+          report.set_pp_bubble_fraction(bubble);
+        }
         const SchedTimes sched1 = ThreadSchedTimes();
         report.set_thread_cpu_ns(sched1.cpu_ns - sched0.cpu_ns);
         report.set_thread_wait_ns(sched1.wait_ns - sched0.wait_ns);
@@ -895,8 +1164,8 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
         if (step + 1 == end) report.set_params_sha256(ParamsDigest());
         on_step(report);
       }
-      if (rs.probe) RunProbes(pg, *loader, step + 1, stop);
-      if (rs.stop) {
+      if (probe_now) RunProbes(pg, *loader, step + 1, stop);
+      if (stop_now) {
         ++step;
         break;
       }
@@ -904,6 +1173,9 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
   } catch (const c10::OutOfMemoryError& e) {
     // The simulated device budget: the message reads like CUDA's.
     return ResourceExhausted(who + " step " + std::to_string(step) + ": " + phase + ": " + ErrorText(e));
+  } catch (const TensorParallelError& e) {
+    // Already labelled with the rank, step and collective.
+    return e.status();
   } catch (const std::exception& e) {
     return Internal(who + " step " + std::to_string(step) + ": " + phase + " failed: " + ErrorText(e));
   }
@@ -1022,6 +1294,11 @@ v1::ActivationStat StatOf(const std::string& name, const at::Tensor& value) {
 Status Trainer::Impl::Activations(const DataLoader& loader, v1::ProbeReport* out) {
   const int64_t last = loader.Cursor().next_batch - 1;
   if (last < 0) return FailedPrecondition("no batch trained on yet");
+  if (const GptImpl* gpt = model->gpt(); gpt != nullptr && !(gpt->first_stage() && gpt->last_stage()))
+    return FailedPrecondition(
+        "probe activations runs the whole model's forward pass; rank " + std::to_string(rank) +
+        " holds blocks " + std::to_string(gpt->config().first_block) + " to " +
+        std::to_string(gpt->config().first_block + gpt->stage_blocks() - 1) + " of a pipeline");
   auto batch = loader.Remake(last);
   if (!batch.ok()) return batch.status();
   std::lock_guard<std::mutex> lock(param_mu);

@@ -20,9 +20,11 @@
 #include "cli/exam_commands.h"
 #include "cli/flight_recorder.h"
 #include "cli/local_controller.h"
+#include "cli/mesh.h"
 #include "cli/metrics.h"
 #include "cli/node.h"
 #include "cli/output.h"
+#include "cli/plan.h"
 #include "cli/probe.h"
 #include "cli/scenario_tools.h"
 #include "cli/team_commands.h"
@@ -318,6 +320,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   auto exam_cmds = AddExamCommands(app);
   auto token_cmds = AddTokenCommands(app);
   auto team_cmds = AddTeamCommands(app);
+  auto mesh_cmd = AddMeshCommand(app);
+  auto plan_cmd = AddPlanCommand(app);
   auto* causes_cmd = app.add_subcommand("causes", "the causes a diagnosis may name, with their meaning");
 
   std::string scenario;
@@ -353,10 +357,11 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
           "OP", probe_op,
           "allreduce | allgather | reducescatter | p2p | checksum (every parameter's hash on every rank) | "
           "resume (a save and resume from a checkpoint against the same steps straight, bitwise) | "
-          "activations (each layer's output magnitudes on the last batch, forward only)")
+          "activations (each layer's output magnitudes on the last batch, forward only) | "
+          "memory (each rank's measured breakdown beside the memory model's prediction; no run)")
       ->required()
       ->check(CLI::IsMember(
-          {"allreduce", "allgather", "reducescatter", "p2p", "checksum", "resume", "activations"}));
+          {"allreduce", "allgather", "reducescatter", "p2p", "checksum", "resume", "activations", "memory"}));
   probe->add_option("-b,--min", probe_min, "smallest size (default 8; p2p: --max)");
   probe->add_option("-e,--max", probe_max, "largest size (default 16M; p2p: the message size, default 4M)");
   probe->add_option("-f,--factor", probe_factor, "size multiplier between rows (default 2)");
@@ -478,6 +483,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (scen_validate->parsed()) return RunScenarioValidate(ctx, scen_files, skills_file);
   if (scen_coverage->parsed()) return RunScenarioCoverage(ctx, scen_dir, skills_file);
   if (auto code = RunExamCommand(*exam_cmds, ctx)) return *code;
+  if (auto code = RunMeshOffline(*mesh_cmd, ctx)) return *code;
+  if (auto code = RunPlanOffline(*plan_cmd, ctx)) return *code;
 
   DrillClient client(ctx.controller, std::chrono::seconds(10), ctx.tls_ca);
   if (demo->parsed()) return RunDemo(ctx, demo_scenario, seed);
@@ -485,6 +492,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (auto code = RunTokenCommand(*token_cmds, ctx, client)) return *code;
   if (auto code = RunExamServerCommand(*exam_cmds, ctx, client)) return *code;
   if (auto code = RunTeamCommand(*team_cmds, ctx, client)) return *code;
+  if (auto code = RunMeshCommand(*mesh_cmd, ctx, client)) return *code;
+  if (auto code = RunPlanCommand(*plan_cmd, ctx, client)) return *code;
   if (autopilot->parsed()) return RunAutopilot(ctx, pilot_scenario, seed);
   if (scen_list->parsed()) return PrintOr(ctx, client.ListScenarios(), &PrintScenarios);
   if (scen_show->parsed()) return CmdScenarioShow(ctx, client, show_id);
@@ -514,6 +523,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     return 0;
   }
   if (logs->parsed()) return CmdLogs(ctx, client, *id, log_rank, log_tail, log_follow);
+  if (probe->parsed() && probe_op == "memory") return CmdProbeMemory(ctx, client, *id);
   if (probe->parsed()) {
     v1::RunProbeRequest req;
     req.set_session_id(*id);

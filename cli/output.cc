@@ -139,9 +139,17 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
   if (latest != nullptr && latest->global_batch() > 0) {
     const auto& job = st.job();
     const int accum = std::max(1, job.grad_accum_steps());
-    out << "training: global batch " << latest->global_batch() << " (" << job.data().batch_size() << " per rank x "
-        << accum << " micro-batch" << (accum > 1 ? "es" : "") << " x " << job.world_size() << " ranks), lr "
-        << Sig(latest->lr()) << ", ";
+    out << "training: global batch " << latest->global_batch() << " (" << job.data().batch_size()
+        << " per rank x " << accum << " micro-batch" << (accum > 1 ? "es" : "") << " x ";
+    if (latest->has_mesh()) {
+      const auto& m = latest->mesh();
+      out << m.dp_size() << " data-parallel replica" << (m.dp_size() > 1 ? "s" : "") << " of tp "
+          << m.tp_size() << " x pp " << m.pp_size() << " ranks, order " << m.order();
+      if (m.pp_size() > 1) out << ", " << m.schedule() << " schedule";
+    } else {
+      out << job.world_size() << " ranks";
+    }
+    out << "), lr " << Sig(latest->lr()) << ", ";
     if (latest->loss_scaling() || latest->loss_scale() > 0) {
       out << "loss scale " << ScaleText(latest->loss_scale()) << " (" << latest->skipped_total() << " of "
           << latest->step() + 1 << " optimiser steps skipped so far)";
@@ -161,17 +169,24 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
   out << "\n";
   // Columns for telemetry that not every job has: shown only when some rank
   // reports it, so a plain job's table stays as narrow as before.
-  bool tokens = false, padding = false, mem = false;
+  bool tokens = false, padding = false, mem = false, mesh = false, pipeline = false;
   for (const auto& r : st.ranks()) {
     if (r.window_steps() == 0) continue;
     tokens |= r.tokens_per_s() > 0;
     padding |= r.padding_fraction() > 0;
     mem |= r.mem_peak_bytes() > 0;
+    mesh |= r.has_mesh();
+    pipeline |= r.mesh().pp_size() > 1;
   }
-  std::vector<std::string> header = {"RANK", "HOST", "STATE", "STEP", "STEP_MS", "SAMPLES/S"};
+  std::vector<std::string> header = {"RANK", "HOST"};
+  if (mesh) header.push_back("TP/DP/PP");
+  header.insert(header.end(), {"STATE", "STEP", "STEP_MS", "SAMPLES/S"});
   if (tokens) header.push_back("TOKENS/S");
   if (padding) header.push_back("PAD%");
-  header.insert(header.end(), {"MFU%", "DATA", "FWD", "BWD", "COMM", "OPT", "CKPT", "LOSS"});
+  header.insert(header.end(), {"MFU%", "DATA", "FWD", "BWD", "COMM"});
+  if (mesh) header.push_back("TP_COMM");
+  if (pipeline) header.insert(header.end(), {"PP_WAIT", "BUBBLE%"});
+  header.insert(header.end(), {"OPT", "CKPT", "LOSS"});
   if (mem) header.push_back("MEM_PEAK");
   header.insert(header.end(), {"BUSY/MED", ""});
   Table t(header);
@@ -179,7 +194,12 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     std::string state = r.state();
     if (Stalled(r))
       state += " (no step for " + Num(r.since_last_step_s()) + " s)";
-    std::vector<std::string> row = {std::to_string(r.rank()), r.host(), state};
+    std::vector<std::string> row = {std::to_string(r.rank()), r.host()};
+    if (mesh)
+      row.push_back(r.has_mesh() ? std::to_string(r.mesh().tp()) + "/" + std::to_string(r.mesh().dp()) + "/" +
+                                       std::to_string(r.mesh().pp())
+                                 : "-");
+    row.push_back(state);
     if (r.window_steps() == 0) {
       row.resize(header.size() - 1, "-");
       row.push_back("");
@@ -189,9 +209,11 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     row.insert(row.end(), {std::to_string(r.step()), Num(r.step_ms(), 1), Num(r.samples_per_s())});
     if (tokens) row.push_back(Num(r.tokens_per_s()));
     if (padding) row.push_back(Num(100 * r.padding_fraction(), 1));
-    row.insert(row.end(), {r.mfu() > 0 ? Num(100 * r.mfu(), 1) : "-", Num(r.data_ms(), 1), Num(r.forward_ms(), 1),
-                           Num(r.backward_ms(), 1),
-                           Num(r.comm_ms(), 1), Num(r.optim_ms(), 1), Num(r.checkpoint_ms(), 1), Num(r.loss(), 3)});
+    row.insert(row.end(), {r.mfu() > 0 ? Num(100 * r.mfu(), 1) : "-", Num(r.data_ms(), 1),
+                           Num(r.forward_ms(), 1), Num(r.backward_ms(), 1), Num(r.comm_ms(), 1)});
+    if (mesh) row.push_back(Num(r.tp_comm_ms(), 1));
+    if (pipeline) row.insert(row.end(), {Num(r.pp_wait_ms(), 1), Num(100 * r.pp_bubble_fraction(), 1)});
+    row.insert(row.end(), {Num(r.optim_ms(), 1), Num(r.checkpoint_ms(), 1), Num(r.loss(), 3)});
     if (mem) row.push_back(r.mem_peak_bytes() > 0 ? Bytes(r.mem_peak_bytes()) : "-");
     row.insert(row.end(), {Num(r.busy_vs_median(), 2), r.slow() ? "SLOW" : ""});
     t.Add(std::move(row));
@@ -209,6 +231,12 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     if (shown) notes += (notes.empty() ? "" : "; ") + std::string(text);
   };
   note(padding, "PAD% = padding share of tokens");
+  note(mesh,
+       "TP/DP/PP = the rank's mesh coordinates (`firedrill mesh`); COMM = the data-parallel gradient "
+       "all-reduce's wait; TP_COMM = tensor-parallel all-reduces inside FWD and BWD");
+  note(pipeline,
+       "PP_WAIT = waiting on the neighbour stages; BUBBLE% = the stage's idle share of the pipeline's wall "
+       "time, measured (GPipe and 1F1B leave (p-1)/(m+p-1) when stages take equal time)");
   note(mem, "MEM_PEAK = the last step's peak of tracked memory");
   note(true, "CKPT = checkpoint writes per step, spread over the window (`metrics --series ckpt_ms`: each write)");
   note(true, "MFU% = model FLOPs of real tokens/samples per second over the rank's measured peak matmul rate");

@@ -118,13 +118,17 @@ void PrintChecksums(const v1::RunProbeResponse& r, std::ostream& out) {
   int same = 0;
   for (const auto& p : r.checksums()) {
     std::vector<std::string> row = {p.name(), std::to_string(p.numel())};
-    for (const auto& h : p.sha256()) row.push_back(h.substr(0, 8));
+    for (const auto& h : p.sha256()) row.push_back(h.empty() ? "-" : h.substr(0, 8));
     row.push_back(std::to_string(p.distinct()));
     t.Add(std::move(row));
     same += p.distinct() == 1 ? 1 : 0;
   }
   t.Print(out);
-  out << "# " << same << " of " << r.checksums_size() << " tensors hash the same on every rank\n";
+  bool sharded = false;  // a model-parallel job: rows per shard, hashes of its replicas only
+  for (const auto& p : r.checksums())
+    for (const auto& h : p.sha256()) sharded |= h.empty();
+  out << "# " << same << " of " << r.checksums_size() << " tensors hash the same on every rank"
+      << (sharded ? " that holds them (a shard's data-parallel replicas; `firedrill mesh`)" : "") << "\n";
 }
 
 namespace {

@@ -58,9 +58,23 @@ std::string ChromeTraceJson(const v1::TraceResponse& trace) {
   Json events = Json::array();
   for (const auto& r : trace.ranks()) {
     const int pid = r.rank();
-    events.push_back(Meta("process_name", pid, -1, "rank " + std::to_string(r.rank()) + " (" + r.host() + ")"));
+    // A model-parallel rank says where it sits; pipeline stages sort in
+    // stage order, so a schedule reads top to bottom as in the papers.
+    const v1::MeshPlace* place = nullptr;
+    for (const auto& s : r.steps())
+      if (s.has_mesh()) place = &s.mesh();
+    std::string name = "rank " + std::to_string(r.rank()) + " (" + r.host() + ")";
+    int sort_index = r.rank();
+    if (place != nullptr) {
+      name += (place->pp_size() > 1 ? " stage " + std::to_string(place->pp()) + "," : std::string()) +
+              " tp " + std::to_string(place->tp()) + " dp " + std::to_string(place->dp());
+      sort_index = place->pp() * trace.ranks_size() + r.rank();
+    }
+    const bool pipeline = place != nullptr && place->pp_size() > 1;
+    events.push_back(Meta("process_name", pid, -1, name));
     // Trace Event Format: process_sort_index takes an integer sort_index.
-    events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", r.rank()}}}});
+    events.push_back(
+        {{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", sort_index}}}});
     events.push_back(Meta("thread_name", pid, kStepTid, "step"));
     events.push_back(Meta("thread_name", pid, kComputeTid, "compute (training thread)"));
     events.push_back(Meta("thread_name", pid, kCommTid, "comm (gradient all-reduce)"));
@@ -74,6 +88,13 @@ std::string ChromeTraceJson(const v1::TraceResponse& trace) {
       if (s.tokens_per_s() > 0) {
         args["tokens_per_s"] = s.tokens_per_s();
         args["padding_fraction"] = s.padding_fraction();
+      }
+      if (s.has_mesh()) {
+        args["tp_comm_ms"] = s.tp_comm_ms();
+        if (s.mesh().pp_size() > 1) {
+          args["pp_wait_ms"] = s.pp_wait_ms();
+          args["pp_bubble_fraction"] = s.pp_bubble_fraction();
+        }
       }
       if (s.loss_scaling() || s.loss_scale() > 0) {
         args["loss_scale"] = s.loss_scale();
@@ -92,7 +113,11 @@ std::string ChromeTraceJson(const v1::TraceResponse& trace) {
                                  pid, kCommTid, ts, dur, a));
         } else {
           if (sp.micro() >= 0) a["micro_batch"] = sp.micro();
-          events.push_back(Slice(sp.name(), pid, kComputeTid, ts, dur, a));
+          // A pipeline's slices name their micro-batch: "F3", "B3".
+          const bool fb = pipeline && sp.micro() >= 0 && (sp.name() == "forward" || sp.name() == "backward");
+          events.push_back(Slice(
+              fb ? std::string(sp.name() == "forward" ? "F" : "B") + std::to_string(sp.micro()) : sp.name(),
+              pid, kComputeTid, ts, dur, a));
         }
       }
     }

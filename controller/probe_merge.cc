@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "collectives/collective.h"
+#include "parallel/mesh.h"
 
 namespace firedrill::controller {
 
@@ -88,8 +89,59 @@ int FirstUnlikeRankZero(const std::vector<const v1::ProbeReport*>& by_rank, Coun
 
 }  // namespace
 
+namespace {
+
+// The checksum rows of a model-parallel job: per shard place (tp, pp) and
+// tensor, its data-parallel replicas' hashes.
+StatusOr<bool> MeshChecksums(const std::vector<const v1::ProbeReport*>& by_rank, const v1::ParallelSpec& par,
+                             v1::RunProbeResponse* out) {
+  const int world = static_cast<int>(by_rank.size());
+  auto mesh = parallel::Mesh::Create(world, std::max(1, par.tp()), std::max(1, par.pp()), par.order());
+  if (!mesh.ok()) return mesh.status();
+  // Places in pipeline order, then tensor-parallel rank.
+  std::vector<std::vector<int>> replicas = mesh->Groups(parallel::Dim::kDp);
+  std::sort(replicas.begin(), replicas.end(), [&](const std::vector<int>& a, const std::vector<int>& b) {
+    const parallel::Coords ca = mesh->CoordsOf(a[0]), cb = mesh->CoordsOf(b[0]);
+    return std::make_pair(ca.pp, ca.tp) < std::make_pair(cb.pp, cb.tp);
+  });
+  for (const auto& group : replicas) {
+    const parallel::Coords c = mesh->CoordsOf(group[0]);
+    const v1::ProbeReport& first = *by_rank[group[0]];
+    for (int r : group) {
+      const v1::ProbeReport& other = *by_rank[r];
+      bool alike = other.checksums_size() == first.checksums_size();
+      for (int i = 0; alike && i < first.checksums_size(); ++i)
+        alike = other.checksums(i).name() == first.checksums(i).name() &&
+                other.checksums(i).numel() == first.checksums(i).numel();
+      if (!alike)
+        return Internal("probe checksum: rank " + std::to_string(r) + " holds other parameters than rank " +
+                        std::to_string(group[0]) + ", its data-parallel replica");
+    }
+    const std::string place =
+        "[" + (mesh->size(parallel::Dim::kPp) > 1 ? "stage " + std::to_string(c.pp) : "") +
+        (mesh->size(parallel::Dim::kPp) > 1 && mesh->size(parallel::Dim::kTp) > 1 ? " " : "") +
+        (mesh->size(parallel::Dim::kTp) > 1 ? "tp " + std::to_string(c.tp) : "") + "] ";
+    for (int i = 0; i < first.checksums_size(); ++i) {
+      v1::ParamChecksums* p = out->add_checksums();
+      p->set_name(place + first.checksums(i).name());
+      p->set_numel(first.checksums(i).numel());
+      std::set<std::string> distinct;
+      for (int r = 0; r < world; ++r) p->add_sha256("");
+      for (int r : group) {
+        p->set_sha256(r, by_rank[r]->checksums(i).sha256());
+        distinct.insert(by_rank[r]->checksums(i).sha256());
+      }
+      p->set_distinct(static_cast<int>(distinct.size()));
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int world,
-                                                 const std::vector<v1::ProbeReport>& reports) {
+                                                 const std::vector<v1::ProbeReport>& reports,
+                                                 const v1::ParallelSpec& parallel) {
   v1::RunProbeResponse out;
   *out.mutable_spec() = spec;
   out.set_world_size(world);
@@ -100,6 +152,11 @@ StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int 
     auto ranked = ByRank(world, reports);
     if (!ranked.ok()) return ranked.status();
     const std::vector<const v1::ProbeReport*>& by_rank = *ranked;
+    if (std::max(1, parallel.tp()) * std::max(1, parallel.pp()) > 1) {
+      auto done = MeshChecksums(by_rank, parallel, &out);
+      if (!done.ok()) return done.status();
+      return out;
+    }
     const v1::ProbeReport& first = *by_rank[0];
     const int unlike = FirstUnlikeRankZero(
         by_rank, [](const v1::ProbeReport& p) { return p.checksums_size(); },

@@ -19,7 +19,12 @@ StatusOr<v1::ProbeSpec> NormalizeProbeSpec(const v1::ProbeSpec& spec);
 // One report per rank, none with an error. Times are averaged over ranks (as
 // nccl-tests' default -a 1), wrong elements summed; p2p pairs take the
 // sender's time and the receiver's count of wrong elements.
+// `parallel`: the job's model parallelism. In a tp x pp job the checksum
+// probe compares each shard's replicas (the ranks of one data-parallel
+// group hold the same shard): one row per shard and tensor, labelled with
+// the shard's place, hashes only for the ranks that hold it.
 StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int world,
-                                                 const std::vector<v1::ProbeReport>& reports);
+                                                 const std::vector<v1::ProbeReport>& reports,
+                                                 const v1::ParallelSpec& parallel = {});
 
 }  // namespace firedrill::controller

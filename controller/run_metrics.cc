@@ -10,11 +10,18 @@
 
 namespace firedrill::controller {
 
+int64_t JobSamplesPerStep(const v1::JobSpec& job) {
+  const int model_parallel = std::max(1, job.parallel().tp()) * std::max(1, job.parallel().pp());
+  const int64_t replicas = std::max(1, job.world_size() / model_parallel);
+  return replicas * job.data().batch_size() * std::max(1, job.grad_accum_steps());
+}
+
 void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::RankStatus* out) {
   if (steps.empty()) return;
   const size_t n = std::min(steps.size(), static_cast<size_t>(std::max(window, 1)));
   double step = 0, data = 0, fwd = 0, bwd = 0, comm = 0, opt = 0, sps = 0;
   double tps = 0, pad = 0, comm_total = 0, ckpt = 0, flops = 0, allreduces = 0, allreduce_bytes = 0;
+  double tp_comm = 0, pp_wait = 0, bubble = 0;
   for (size_t i = steps.size() - n; i < steps.size(); ++i) {
     const auto& s = steps[i];
     step += s.step_ms();
@@ -31,6 +38,9 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
     flops += s.model_flops_per_s();
     allreduces += s.allreduces();
     allreduce_bytes += static_cast<double>(s.allreduce_bytes());
+    tp_comm += s.tp_comm_ms();
+    pp_wait += s.pp_wait_ms();
+    bubble += s.pp_bubble_fraction();
   }
   const double k = static_cast<double>(n);
   const auto& last = steps.back();
@@ -50,6 +60,12 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
   out->set_model_flops_per_s(flops / k);
   out->set_allreduces_per_step(allreduces / k);
   out->set_allreduce_bytes_per_step(allreduce_bytes / k);
+  if (last.has_mesh()) {
+    *out->mutable_mesh() = last.mesh();
+    out->set_tp_comm_ms(tp_comm / k);
+    out->set_pp_wait_ms(pp_wait / k);
+    out->set_pp_bubble_fraction(bubble / k);
+  }
   out->set_peak_flops_per_s(last.peak_flops_per_s());
   // Model FLOPs utilisation: useful model FLOPs per second over the rank's
   // measured peak matmul rate.

@@ -112,9 +112,16 @@ double Throughput(const WindowStats& w, const std::string& unit);
 // The window's numbers into a run summary.
 void FillSummary(const WindowStats& w, v1::RunSummary* out);
 
+// Samples one optimiser step of `job` trains on: micro-batch x
+// micro-batches x data-parallel replicas (the ranks of a model-parallel
+// replica share theirs). The unit a run's throughput is measured in, so a
+// fix that changes the split of the same global batch (accumulation, the
+// parallel strategy) is measured in the same samples.
+int64_t JobSamplesPerStep(const v1::JobSpec& job);
+
 // Measures steps [first_step, first_step + count) on every rank.
-// per_rank[r] holds rank r's reports in step order. global_batch = sum of
-// per-rank batches. The job moves at its slowest rank's median step time
+// per_rank[r] holds rank r's reports in step order. global_batch: the
+// samples of one step (JobSamplesPerStep). The job moves at its slowest rank's median step time
 // (medians, so one step stalled by the OS does not decide a verification).
 WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_rank, int64_t first_step,
                           int64_t count, int global_batch);

@@ -18,6 +18,7 @@
 #include "common/stats.h"
 #include "controller/scorer.h"
 #include "controller/session_manager.h"
+#include "parallel/mesh.h"
 
 namespace firedrill::controller {
 
@@ -30,7 +31,7 @@ Status SessionManager::MeasureRun(Session& s, Lock& lock, RunKind kind, const v1
   // window is the run's own, after its warm-up.
   const int64_t first = s.run ? std::max<int64_t>(0, s.run->first_step) : 0;
   *out = MeasureWindow(StepsByRank(s), first + spec.warmup_steps(), spec.window_steps(),
-                       j.world_size() * j.data().batch_size());
+                       static_cast<int>(JobSamplesPerStep(j)));
   return Status::Ok();
 }
 
@@ -65,16 +66,34 @@ int64_t ResumeStep(std::string dir) {
 }
 
 // The ranks that do not hold the digest most ranks hold; "" if all agree.
-std::string MinorityRanks(const std::vector<std::string>& digests) {
-  std::map<std::string, int> votes;
-  for (const auto& d : digests) ++votes[d];
-  std::string most;
-  int most_n = 0;
-  for (const auto& [d, n] : votes)
-    if (n > most_n) most = d, most_n = n;
+// The ranks whose digest is not their replicas' majority. The replicas of
+// a parameter are the ranks that hold the same part of the model: all of
+// them in a data-parallel job, a data-parallel group in a model-parallel
+// one (whose tensor- and pipeline-parallel shards differ by design).
+std::string MinorityRanks(const std::vector<std::string>& digests, const v1::JobSpec& job) {
+  std::vector<std::vector<int>> groups;
+  auto mesh = parallel::Mesh::Create(static_cast<int>(digests.size()), std::max(1, job.parallel().tp()),
+                                     std::max(1, job.parallel().pp()), job.parallel().order());
+  if (mesh.ok()) {
+    groups = mesh->Groups(parallel::Dim::kDp);
+  } else {
+    groups.emplace_back();
+    for (size_t r = 0; r < digests.size(); ++r) groups.back().push_back(static_cast<int>(r));
+  }
+  std::vector<int> odd;
+  for (const auto& g : groups) {
+    std::map<std::string, int> votes;
+    for (int r : g) ++votes[digests[r]];
+    std::string most;
+    int most_n = 0;
+    for (const auto& [d, n] : votes)
+      if (n > most_n) most = d, most_n = n;
+    for (int r : g)
+      if (digests[r] != most) odd.push_back(r);
+  }
+  std::sort(odd.begin(), odd.end());
   std::string out;
-  for (size_t r = 0; r < digests.size(); ++r)
-    if (digests[r] != most) out += (out.empty() ? "" : ",") + std::to_string(r);
+  for (int r : odd) out += (out.empty() ? "" : ",") + std::to_string(r);
   return out;
 }
 
@@ -98,12 +117,16 @@ Status SessionManager::CompareWithReference(Session& s, Lock& lock, const v1::Jo
   if (!ref.ok()) return ref.status();
   // Without faults every replica ends the same; if not, this machine's
   // arithmetic is not reproducible and nothing can be judged bitwise.
-  const std::string ref_odd = MinorityRanks(*ref);
+  const std::string ref_odd = MinorityRanks(*ref, reference);
   if (!ref_odd.empty())
     return Internal("the reference run's replicas ended different (rank(s) " + ref_odd +
                     ") without any fault: the comparison cannot be made on this machine");
   out->set_params_checked(true);
-  out->set_params_match(std::all_of(fixed.begin(), fixed.end(), [&](const std::string& d) { return d == (*ref)[0]; }));
+  // Rank by rank: each holds its own part of the model (the same part in
+  // every rank of a data-parallel job).
+  bool match = fixed.size() == ref->size();
+  for (size_t r = 0; match && r < fixed.size(); ++r) match = fixed[r] == (*ref)[r];
+  out->set_params_match(match);
   return Status::Ok();
 }
 
@@ -268,7 +291,7 @@ v1::Verification SessionManager::VerifyFix(Session& s, Lock& lock) {
       }
       if (s.end_requested) return failed("the session ended during verification");
       if (!c.ok()) return failed("could not compare the parameters with a reference run: " + c.message());
-      const std::string odd = MinorityRanks(*fixed_digests);
+      const std::string odd = MinorityRanks(*fixed_digests, reference);
       const std::string at = "parameters at step " + std::to_string(end_step) + ": ";
       params_detail =
           params.params_match()

@@ -550,8 +550,9 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
     return abort("baseline run failed: " + st.message());
   }
   if (s.end_requested) return ended();
-  const WindowStats base = MeasureWindow(StepsByRank(s), sc.verify().warmup_steps(), sc.verify().window_steps(),
-                                         sc.job().world_size() * sc.job().data().batch_size());
+  const WindowStats base =
+      MeasureWindow(StepsByRank(s), sc.verify().warmup_steps(), sc.verify().window_steps(),
+                    static_cast<int>(JobSamplesPerStep(sc.job())));
   v1::RunSummary summary = Summarize(s, sc.verify().window_steps());
   FillSummary(base, &summary);
   *s.rec.mutable_baseline() = summary;

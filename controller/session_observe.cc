@@ -43,7 +43,7 @@ v1::RunSummary SessionManager::Summarize(const Session& s, int window) const {
   out.set_steps_done(done);
   if (done > 0) {
     const int64_t n = std::min<int64_t>(done, window);
-    FillSummary(MeasureWindow(by_rank, start + done - n, n, s.rec.job().world_size() * s.rec.job().data().batch_size()),
+    FillSummary(MeasureWindow(by_rank, start + done - n, n, static_cast<int>(JobSamplesPerStep(s.rec.job()))),
                 &out);
   }
   return out;
@@ -103,8 +103,7 @@ StatusOr<v1::SessionStatus> SessionManager::GetStatus(const std::string& id) {
   }
   // Samples per optimiser step, as the trainer counts them (micro-batches
   // included), so the status header and the training line agree.
-  st.set_global_batch(static_cast<int64_t>(st.job().world_size()) * st.job().data().batch_size() *
-                      std::max(1, st.job().grad_accum_steps()));
+  st.set_global_batch(JobSamplesPerStep(st.job()));
   return st;
 }
 

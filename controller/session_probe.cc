@@ -123,7 +123,7 @@ StatusOr<v1::RunProbeResponse> SessionManager::RunProbe(const v1::RunProbeReques
                             " s: probes run between training steps, so a job that makes no progress cannot run "
                             "one; `firedrill fr` shows where its ranks wait");
   }
-  auto merged = MergeProbeReports(*spec, static_cast<int>(agents.size()), reports);
+  auto merged = MergeProbeReports(*spec, static_cast<int>(agents.size()), reports, s.rec.job().parallel());
   if (!merged.ok()) return merged.status();
   merged->set_session_id(req.session_id());
   for (int rank = 0; rank < static_cast<int>(s.ranks.size()); ++rank)

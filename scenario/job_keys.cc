@@ -70,6 +70,10 @@ const std::vector<std::pair<std::string, C>>& Table() {
       {"comm", C::kOperational},
       {"elastic", C::kOperational},  // the launcher's restart policy
       {"threads_per_rank", C::kOperational},
+      // How the model is split across the ranks (tensor and pipeline
+      // parallel sizes, the mesh order, the pipeline schedule): the model,
+      // the global batch and the maths are the same.
+      {"parallel", C::kOperational},
   };
   return t;
 }

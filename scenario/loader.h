@@ -26,6 +26,9 @@ StatusOr<std::vector<v1::Scenario>> LoadScenarioDirs(const std::vector<std::stri
 // their params, references, rubric). `where` prefixes messages.
 Status ValidateScenario(const v1::Scenario& s, const std::string& where);
 Status ValidateJob(const v1::JobSpec& job, const std::string& where);
+// The model-parallel checks alone (job.parallel against the model, the
+// world size and what the model-parallel trainer does), for the trainer.
+Status ValidateParallel(const v1::JobSpec& job, const std::string& where);
 
 // What a learner reads before diagnosing (id, title, briefing) that names a
 // fault kind or a cause ("straggler", "slow link"): legal, but it gives the

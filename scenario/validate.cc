@@ -17,6 +17,7 @@
 #include "common/suggest.h"
 #include "faults/registry.h"
 #include "faults/targeting.h"
+#include "parallel/mesh.h"
 #include "scenario/internal.h"
 #include "scenario/job_keys.h"
 #include "scenario/loader.h"
@@ -133,6 +134,46 @@ Check CheckLossScale(const v1::LossScaleSpec& l, const std::string& p) {
   return AtLeast(Join(p, "growth_interval"), l.growth_interval(), 0);
 }
 
+// Model parallelism: a mesh the world divides into, of gpt-tiny's blocks
+// and heads, and only what the model-parallel trainer does so far.
+Check CheckParallel(const v1::JobSpec& j, const std::string& p) {
+  const v1::ParallelSpec& par = j.parallel();
+  FD_CHECK(InRange(Join(p, "tp"), par.tp(), 0, 64));
+  FD_CHECK(InRange(Join(p, "pp"), par.pp(), 0, 64));
+  FD_CHECK(OneOf(Join(p, "schedule"), par.schedule(), {"", "1f1b", "gpipe"}));
+  const int tp = std::max(1, par.tp()), pp = std::max(1, par.pp());
+  if (auto order = parallel::Mesh::Create(tp * pp, tp, pp, par.order()); !order.ok())
+    return Fail(Join(p, "order"), order.status().message());
+  if (auto mesh = parallel::Mesh::Create(j.world_size(), tp, pp, par.order()); !mesh.ok())
+    return Fail(Join(p, par.tp() > 1 ? "tp" : "pp"), mesh.status().message());
+  if (tp * pp == 1) return std::nullopt;
+  const std::string field = Join(p, tp > 1 ? "tp" : "pp");
+  const v1::ModelSpec& m = j.model();
+  if (m.kind() != "gpt-tiny")
+    return Fail(field, "splits gpt-tiny's blocks and heads; model.kind is " + m.kind());
+  const int ratio = m.mlp_ratio() > 0 ? m.mlp_ratio() : 4;
+  if (m.heads() % tp != 0 || (ratio * m.hidden()) % tp != 0)
+    return Fail(Join(p, "tp"), Str("must divide model.heads (", m.heads(), ") and the MLP width (",
+                                   ratio * m.hidden(), "): each tensor-parallel rank holds whole heads"));
+  if (pp > m.layers())
+    return Fail(Join(p, "pp"), Str("gives a stage no block: the model has ", m.layers(), " (model.layers)"));
+  if (!j.precision().empty() && j.precision() != "fp32")
+    return Fail(field, "runs in fp32 only so far (precision is " + j.precision() + ")");
+  if (j.optim().zero_stage() != 0)
+    return Fail(
+        field, "does not combine with optim.zero_stage 1 so far (partition the optimiser state in plain DP)");
+  if (pp > 1 &&
+      (j.optim().accumulation_loss() == "sum" || j.comm().accumulation_sync() == "every_micro_batch"))
+    return Fail(Join(p, "pp"),
+                "runs its micro-batches as a pipeline: each loss divided by their count, the "
+                "gradients all-reduced once per step (optim.accumulation_loss and "
+                "comm.accumulation_sync at their defaults)");
+  if (j.checkpoint().every() > 0 || !j.checkpoint().resume_from().empty())
+    return Fail(field,
+                "has no checkpoint format so far: leave job.checkpoint.every at 0 and resume_from empty");
+  return std::nullopt;
+}
+
 Check CheckJob(const v1::JobSpec& j, const std::string& p) {
   FD_CHECK(InRange(Join(p, "world_size"), j.world_size(), 1, 64));
   FD_CHECK(CheckModel(j.model(), Join(p, "model")));
@@ -161,6 +202,7 @@ Check CheckJob(const v1::JobSpec& j, const std::string& p) {
   FD_CHECK(AtLeast(Join(p, "comm.first_bucket_mb"), j.comm().first_bucket_mb(), 0.0));
   FD_CHECK(Positive(Join(p, "comm.timeout_s"), j.comm().timeout_s()));
   FD_CHECK(AtLeast(Join(p, "threads_per_rank"), j.threads_per_rank(), 0));
+  FD_CHECK(CheckParallel(j, Join(p, "parallel")));
   return std::nullopt;
 }
 
@@ -610,6 +652,11 @@ std::vector<std::string> ScenarioWarnings(const v1::Scenario& s) {
 
 Status ValidateJob(const v1::JobSpec& job, const std::string& where) {
   if (Check p = CheckJob(job, "")) return InvalidArgument(FormatProblem(where, *p));
+  return Status::Ok();
+}
+
+Status ValidateParallel(const v1::JobSpec& job, const std::string& where) {
+  if (Check p = CheckParallel(job, "parallel")) return InvalidArgument(FormatProblem(where, *p));
   return Status::Ok();
 }
 

@@ -31,6 +31,7 @@ struct CollectiveInfo {
   // What this rank moves over its link for the collective, as a ring
   // algorithm would (collectives/: each collective's link_bytes).
   int64_t link_bytes = 0;
+  std::string group;  // a subgroup's name ("tp"), empty for the job's group
 };
 
 enum class OpType { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kSend, kRecv, kBarrier };
@@ -85,7 +86,8 @@ class Backend {
   virtual StatusOr<WorkPtr> Post(const Op& op) = 0;
 };
 
-// "rank 1 step 40: allreduce #812 (9.4 MB)": how errors name a collective.
+// "rank 1 step 40: allreduce #812 (9.4 MB)": how errors name a collective
+// ("rank 5 step 3: tp allreduce #7 (64.0 kB)" in a subgroup).
 std::string Label(const CollectiveInfo& c);
 // "512 B", "3.4 kB", "2.1 MB": sizes as errors and logs print them.
 std::string FormatBytes(int64_t bytes);

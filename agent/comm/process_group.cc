@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string_view>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -30,8 +31,9 @@ std::string FormatBytes(int64_t bytes) {
 }
 
 std::string Label(const CollectiveInfo& c) {
-  return "rank " + std::to_string(c.at.rank) + " step " + std::to_string(c.at.step) + ": " + c.op + " #" +
-         std::to_string(c.seq) + " (" + FormatBytes(c.bytes) + ")";
+  return "rank " + std::to_string(c.at.rank) + " step " + std::to_string(c.at.step) + ": " +
+         (c.group.empty() ? "" : c.group + " ") + c.op + " #" + std::to_string(c.seq) + " (" +
+         FormatBytes(c.bytes) + ")";
 }
 
 int64_t SteadyNowNs() {
@@ -63,6 +65,7 @@ struct ProcessGroup::Impl {
 
 struct PendingCollective::State {
   CollectiveInfo info;
+  std::string peer_note;  // " to rank 2": point-to-point errors name the peer
   at::Tensor tensor;  // kept alive while the collective may still use it
   WorkPtr work;
   std::chrono::steady_clock::time_point launched;
@@ -159,7 +162,10 @@ std::shared_ptr<Backend> ProcessGroup::Decorate(std::shared_ptr<Backend> bare) c
 
 CollectiveInfo ProcessGroup::Next(const char* op, int64_t bytes, int64_t step) {
   const collectives::Collective* c = collectives::Find(op);
-  return CollectiveInfo{{opts_.rank, step}, op, ++seq_, bytes, c ? c->link_bytes(bytes, opts_.world_size) : bytes};
+  CollectiveInfo info{
+      {job_rank(), step}, op, ++seq_, bytes, c ? c->link_bytes(bytes, opts_.world_size) : bytes, {}};
+  info.group = opts_.group_name;
+  return info;
 }
 
 StatusOr<PendingCollective> ProcessGroup::Post(Op op, const std::string& peer_note) {
@@ -167,6 +173,7 @@ StatusOr<PendingCollective> ProcessGroup::Post(Op op, const std::string& peer_no
   Backend* b = impl_->shm && impl_->shm->Supports(op) ? impl_->shm.get() : impl_->gloo.get();
   auto st = std::make_shared<PendingCollective::State>();
   st->info = op.info;
+  st->peer_note = peer_note;
   st->tensor = op.tensor;
   // The collective counts as started now, on every rank alike; a degraded
   // link only makes this rank hand its part over later.
@@ -189,7 +196,7 @@ bool ProcessGroup::WaitFor(PendingCollective& pending, std::chrono::milliseconds
     Status s;
     if (!st->work->Wait(timeout, &s)) return false;
     st->waited = true;
-    st->result = s.ok() ? s : Labelled(st->info, "", s);
+    st->result = s.ok() ? s : Labelled(st->info, st->peer_note, s);
   }
   *result = st->result;
   return true;
@@ -266,6 +273,13 @@ Status ProcessGroup::ReduceScatterSum(const at::Tensor& in, at::Tensor& out, int
 }
 
 Status ProcessGroup::PointToPoint(OpType type, const at::Tensor& t, int peer, int tag, int64_t step) {
+  auto p = StartPointToPoint(type, t, peer, tag, step);
+  if (!p.ok()) return p.status();
+  return Wait(*p);
+}
+
+StatusOr<PendingCollective> ProcessGroup::StartPointToPoint(OpType type, const at::Tensor& t, int peer,
+                                                            int tag, int64_t step) {
   const bool send = type == OpType::kSend;
   Op op;
   op.type = type;
@@ -273,7 +287,15 @@ Status ProcessGroup::PointToPoint(OpType type, const at::Tensor& t, int peer, in
   op.tensor = t;
   op.peer = peer;
   op.tag = tag;
-  return Run(std::move(op), (send ? " to rank " : " from rank ") + std::to_string(peer));
+  return Post(std::move(op), (send ? " to rank " : " from rank ") + std::to_string(job_rank(peer)));
+}
+
+StatusOr<PendingCollective> ProcessGroup::StartSend(const at::Tensor& t, int peer, int tag, int64_t step) {
+  return StartPointToPoint(OpType::kSend, t, peer, tag, step);
+}
+
+StatusOr<PendingCollective> ProcessGroup::StartRecv(const at::Tensor& t, int peer, int tag, int64_t step) {
+  return StartPointToPoint(OpType::kRecv, t, peer, tag, step);
 }
 
 Status ProcessGroup::Send(const at::Tensor& t, int peer, int tag, int64_t step) {
@@ -302,6 +324,50 @@ StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::NewGroup(const std::string
   return g;
 }
 
+StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::NewSubgroup(const std::string& name,
+                                                                  const std::vector<int>& members,
+                                                                  std::chrono::milliseconds timeout) {
+  const std::string who = "rank " + std::to_string(job_rank()) + ": " + name + " group";
+  std::string list;
+  for (int m : members) list += (list.empty() ? "" : ",") + std::to_string(m);
+  int mine = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i] < 0 || members[i] >= opts_.world_size)
+      return InvalidArgument(who + " {" + list + "}: rank " + std::to_string(members[i]) +
+                             " is not in the job");
+    if (std::count(members.begin(), members.end(), members[i]) > 1)
+      return InvalidArgument(who + " {" + list + "}: rank " + std::to_string(members[i]) +
+                             " is listed twice");
+    if (members[i] == opts_.rank) mine = static_cast<int>(i);
+  }
+  if (mine < 0) return InvalidArgument(who + " {" + list + "}: this rank is not a member");
+  GroupOptions o = opts_;
+  o.rank = mine;
+  o.world_size = static_cast<int>(members.size());
+  o.timeout = timeout;
+  o.recorder = nullptr;
+  o.allow_shared_memory = false;
+  o.group_name = name;
+  o.members.clear();
+  for (int m : members) o.members.push_back(job_rank(m));
+  auto impl = std::make_unique<Impl>();
+  impl->store = impl_->store;
+  // One link: a degraded link holds this rank's traffic of every group.
+  impl->link = impl_->link;
+  std::string job_ranks;
+  for (int m : o.members) job_ranks += (job_ranks.empty() ? "" : ",") + std::to_string(m);
+  try {
+    // Keyed by the members (their ranks in the job) too: every group of a
+    // mesh dimension has its own rendezvous.
+    impl->group_store = c10::make_intrusive<c10d::PrefixStore>("sub/" + name + "/" + job_ranks, impl_->store);
+  } catch (...) {
+    return CommError(who, Describe(std::current_exception()));
+  }
+  std::unique_ptr<ProcessGroup> g(new ProcessGroup(std::move(impl), o));
+  if (Status st = g->Connect(); !st.ok()) return Status(st.code(), who + " {" + list + "}: " + st.message());
+  return g;
+}
+
 StatusOr<std::vector<double>> ProcessGroup::RawGlooAllReduceUs(const std::string& tag,
                                                                 const std::vector<int64_t>& sizes, int warmup,
                                                                 int iters) {
@@ -320,7 +386,8 @@ StatusOr<bool> ProcessGroup::EnableSharedMemory(int64_t bytes_per_rank) {
   const std::string who = "rank " + std::to_string(opts_.rank) + ": setting up shared-memory all-reduce";
   if (!impl_->store) return FailedPrecondition(who + ": no store");
   StoreOps ops;
-  auto* store = impl_->store.get();
+  // A subgroup agrees under its own prefix, apart from the other groups.
+  c10d::Store* store = impl_->group_store ? impl_->group_store.get() : impl_->store.get();
   ops.set = [store](const std::string& k, const std::string& v) -> Status {
     try {
       store->set(k, std::vector<uint8_t>(v.begin(), v.end()));

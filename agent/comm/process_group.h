@@ -42,6 +42,12 @@ struct GroupOptions {
   std::shared_ptr<FlightRecorder> recorder;
   // Bind Gloo to this network interface instead of device_host's address.
   std::string socket_ifname;
+  // A subgroup (NewSubgroup): its name ("tp", "pp", "dp") and its members'
+  // ranks in the job, by group rank (`rank` and `world_size` are then the
+  // group's). Empty for the job's own group. Errors, labels and peers name
+  // the job's ranks.
+  std::string group_name;
+  std::vector<int> members;
 };
 
 class ProcessGroup;
@@ -134,12 +140,31 @@ class ProcessGroup {
   // `tag` matches a send with its receive.
   Status Send(const at::Tensor& t, int peer, int tag, int64_t step);
   Status Recv(at::Tensor& t, int peer, int tag, int64_t step);
+  // The same, started without waiting (Wait() for them): a pipeline stage
+  // posts its sends and goes on, so two stages sending to each other never
+  // wait on each other (Megatron's isend/irecv). `t` must not be touched
+  // until the wait returned.
+  StatusOr<PendingCollective> StartSend(const at::Tensor& t, int peer, int tag, int64_t step);
+  StatusOr<PendingCollective> StartRecv(const at::Tensor& t, int peer, int tag, int64_t step);
 
   // Collective: a second group over the same ranks and store (keys under
   // `tag`), with its own Gloo connections, sequence numbers and timeout, and
   // no flight recorder: probes run on one so that they never share a
   // sequence number or a failure with training. Every rank must call it.
   StatusOr<std::unique_ptr<ProcessGroup>> NewGroup(const std::string& tag, std::chrono::milliseconds timeout);
+
+  // A group of some of this group's ranks (`members`, by their rank here;
+  // this rank must be one of them, and group rank i is members[i]), with
+  // its own Gloo connections over the same store, sequence numbers and
+  // timeout: a tensor-, pipeline- or data-parallel group of a mesh
+  // (parallel/mesh.h). Only the members call it; every member passes the
+  // same `name` and `members`. Collectives take group ranks (Send's peer,
+  // Broadcast's root); errors name job ranks and the group ("rank 5 step
+  // 3: tp allreduce #7 (64.0 kB)"). Gloo only, no flight recorder; this
+  // rank's link faults apply as on the whole group.
+  StatusOr<std::unique_ptr<ProcessGroup>> NewSubgroup(const std::string& name,
+                                                      const std::vector<int>& members,
+                                                      std::chrono::milliseconds timeout);
 
   // Benchmarks only (bench/busbw_bench.cc): times in-place fp32 sum
   // all-reduces of each size, `warmup` untimed then `iters` timed, straight
@@ -153,6 +178,11 @@ class ProcessGroup {
   int64_t seq() const { return seq_; }
   int rank() const { return opts_.rank; }
   int world_size() const { return opts_.world_size; }
+  // This rank's (or group rank `r`'s) rank in the job.
+  int job_rank() const { return job_rank(opts_.rank); }
+  int job_rank(int r) const {
+    return r >= 0 && r < static_cast<int>(opts_.members.size()) ? opts_.members[r] : r;
+  }
 
  private:
   struct Impl;
@@ -165,6 +195,8 @@ class ProcessGroup {
   // `peer_note` (" to rank 2").
   Status Run(Op op, const std::string& peer_note = "");
   Status PointToPoint(OpType type, const at::Tensor& t, int peer, int tag, int64_t step);
+  StatusOr<PendingCollective> StartPointToPoint(OpType type, const at::Tensor& t, int peer, int tag,
+                                                int64_t step);
   // Wraps a bare backend in the decorators this group's options ask for.
   std::shared_ptr<Backend> Decorate(std::shared_ptr<Backend> bare) const;
   std::unique_ptr<Impl> impl_;

@@ -45,6 +45,7 @@ struct RankResult {
   int64_t steps_done = 0;
   std::vector<v1::StepReport> reports;
   std::vector<float> params;
+  Status exported;  // ExportParameters(), when RankConfig::export_path was set
 };
 
 struct RankConfig {
@@ -57,6 +58,7 @@ struct RankConfig {
   bool shared_memory = true;  // false: gradients over Gloo
   std::shared_ptr<ProbeMailbox> probes;  // communication probes (agent/probe.h)
   std::shared_ptr<comm::FlightRecorder> recorder;  // this rank's collectives, when set
+  std::string export_path;  // after the run: the parameters by name (Trainer::ExportParameters)
 };
 
 // Every rank ended without error (the message of each that did not).
@@ -109,6 +111,7 @@ inline std::vector<RankResult> RunJob(const v1::JobSpec& job, std::vector<RankCo
       });
       res.steps_done = (*trainer)->steps_done();
       res.params = (*trainer)->FlatParameters();
+      if (!cfg[r].export_path.empty()) res.exported = (*trainer)->ExportParameters(cfg[r].export_path);
       // The trainer (and its process group) is destroyed here, when the
       // thread ends: a peer still training sees this rank vanish.
     });

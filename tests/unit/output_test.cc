@@ -7,6 +7,8 @@
 #include <sstream>
 #include <string>
 
+#include "cli/plan.h"
+
 namespace firedrill::cli {
 namespace {
 
@@ -156,6 +158,61 @@ TEST(PrintStatusTest, RowsStayAlignedWithOptionalColumns) {
   std::getline(lines, row1);
   EXPECT_EQ(row0.substr(mem_col, 7), "2.0 KiB") << text;
   EXPECT_EQ(row1.substr(mem_col, 1), "-") << text;
+}
+
+// A model-parallel job: each rank's place and groups' times in the table,
+// the replicas in the training line; `probe memory` sets the measured
+// breakdown beside the model's prediction per stage.
+TEST(PrintStatusTest, AModelParallelJobShowsMeshPlacesAndItsGroupsTimes) {
+  v1::SessionStatus st = TwoRanks();
+  auto* job = st.mutable_job();
+  job->set_world_size(2);
+  job->mutable_model()->set_kind("gpt-tiny");
+  job->mutable_model()->set_hidden(32);
+  job->mutable_model()->set_layers(2);
+  job->mutable_model()->set_heads(2);
+  job->mutable_model()->set_seq_len(16);
+  job->mutable_data()->set_batch_size(4);
+  job->set_grad_accum_steps(4);
+  job->mutable_optim()->set_kind("adamw");
+  job->mutable_parallel()->set_pp(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::RankStatus* r = st.mutable_ranks(rank);
+    r->set_window_steps(10);
+    r->set_global_batch(16);
+    auto* m = r->mutable_mesh();
+    m->set_pp(rank);
+    m->set_pp_size(2);
+    m->set_tp_size(1);
+    m->set_dp_size(1);
+    m->set_order("tp-dp-pp");
+    m->set_schedule("1f1b");
+    r->set_pp_wait_ms(3.5);
+    r->set_pp_bubble_fraction(0.25);
+    r->set_mem_params_bytes(100000);
+    r->set_mem_grads_bytes(100000);
+    r->set_mem_optim_bytes(200000);
+    r->set_mem_activation_peak_bytes(rank == 0 ? 400000 : 300000);
+    r->set_mem_peak_bytes(900000);
+  }
+  std::ostringstream out;
+  PrintStatus(st, out);
+  const std::string text = out.str();
+  EXPECT_NE(text.find("TP/DP/PP"), std::string::npos) << text;
+  EXPECT_NE(text.find("0/0/1"), std::string::npos) << text;
+  EXPECT_NE(text.find("BUBBLE%"), std::string::npos) << text;
+  EXPECT_NE(text.find("25.0"), std::string::npos) << text;
+  EXPECT_NE(text.find("1 data-parallel replica of tp 1 x pp 2 ranks, order tp-dp-pp, 1f1b schedule"),
+            std::string::npos)
+      << text;
+
+  std::ostringstream mem;
+  PrintMemoryProbe(st, mem);
+  const std::string m = mem.str();
+  // Stage 0 holds 2 micro-batches under 1F1B with p = 2: the per-micro-batch column halves it.
+  EXPECT_NE(m.find("195.3 KiB x2"), std::string::npos) << m;
+  EXPECT_NE(m.find("predicted for PP2"), std::string::npos) << m;
+  EXPECT_NE(m.find("MEASURED/TEXTBOOK"), std::string::npos) << m;
 }
 
 }  // namespace

@@ -219,5 +219,43 @@ TEST(ProbeResume, TakesACheckpointAndAStepCountButNoSizes) {
   EXPECT_EQ(NormalizeProbeSpec(sweep).status().message(), "probe allreduce: --from and --steps are probe resume's");
 }
 
+// DP2 x TP2 x PP2 (tp-dp-pp: ranks 0,1 / 2,3 are stage 0's TP pairs of the
+// two replicas, 4..7 stage 1's): rows per shard, hashes of its replicas only.
+TEST(ProbeChecksum, AModelParallelJobComparesEachShardsReplicas) {
+  auto spec = NormalizeProbeSpec(Op("checksum"));
+  ASSERT_TRUE(spec.ok());
+  std::vector<v1::ProbeReport> reports(8);
+  for (int r = 0; r < 8; ++r) {
+    const int tp = r % 2, pp = r / 4;
+    reports[r].set_rank(r);
+    reports[r].set_step(7);
+    auto* c = reports[r].add_checksums();
+    c->set_name(pp == 0 ? "h.0.mlp.c_fc.weight" : "h.1.mlp.c_fc.weight");
+    c->set_numel(64);
+    // Shards differ by place; rank 6 (stage 1, tp 0, replica 1) drifted.
+    c->set_sha256("s" + std::to_string(pp) + "t" + std::to_string(tp) + (r == 6 ? "-drift" : ""));
+  }
+  v1::ParallelSpec par;
+  par.set_tp(2);
+  par.set_pp(2);
+  auto m = MergeProbeReports(*spec, 8, reports, par);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(m->checksums_size(), 4);
+  EXPECT_EQ(m->checksums(0).name(), "[stage 0 tp 0] h.0.mlp.c_fc.weight");
+  EXPECT_EQ(m->checksums(3).name(), "[stage 1 tp 1] h.1.mlp.c_fc.weight");
+  // Stage 0, tp 0: ranks 0 and 2 hold it, the same bits.
+  EXPECT_EQ(m->checksums(0).distinct(), 1);
+  EXPECT_EQ(m->checksums(0).sha256(0), "s0t0");
+  EXPECT_EQ(m->checksums(0).sha256(2), "s0t0");
+  EXPECT_EQ(m->checksums(0).sha256(1), "");
+  // Stage 1, tp 0: ranks 4 and 6, which differ.
+  EXPECT_EQ(m->checksums(2).name(), "[stage 1 tp 0] h.1.mlp.c_fc.weight");
+  EXPECT_EQ(m->checksums(2).distinct(), 2);
+  EXPECT_EQ(m->checksums(2).sha256(6), "s1t0-drift");
+  EXPECT_EQ(m->checksums(3).distinct(), 1);
+  // Without the mesh the same reports are ranks holding other parameters.
+  EXPECT_FALSE(MergeProbeReports(*spec, 8, reports).ok());
+}
+
 }  // namespace
 }  // namespace firedrill::controller

@@ -119,6 +119,50 @@ TEST(Trace, EveryEventFollowsTheTraceEventFormat) {
   EXPECT_EQ(sort_index[1], 1);
 }
 
+// A pipeline: each rank says its stage, stages sort in stage order, and
+// forward and backward slices name their micro-batch as the schedule
+// diagrams do; tensor-parallel all-reduces sit inside them.
+TEST(Trace, PipelineStagesReadTopToBottomWithNamedMicroBatches) {
+  v1::TraceResponse t = TwoRanks();
+  for (int r = 0; r < 2; ++r) {
+    auto* s = t.mutable_ranks(r)->mutable_steps(0);
+    auto* m = s->mutable_mesh();
+    m->set_pp(1 - r);  // rank 0 is the last stage
+    m->set_pp_size(2);
+    m->set_tp_size(2);
+    m->set_dp_size(1);
+    s->mutable_spans(0)->set_micro(3);
+    auto* b = s->add_spans();
+    b->set_name("backward");
+    b->set_start_ms(6);
+    b->set_dur_ms(2);
+    b->set_micro(3);
+    auto* tp = s->add_spans();
+    tp->set_name("tp allreduce");
+    tp->set_start_ms(2);
+    tp->set_dur_ms(0.5);
+    tp->set_micro(-1);
+  }
+  const nlohmann::json j = nlohmann::json::parse(ChromeTraceJson(t));
+  std::map<int, int> sort_index;
+  std::map<int, std::string> names;
+  int f3 = 0, b3 = 0, tps = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["name"] == "process_sort_index")
+      sort_index[e["pid"].get<int>()] = e["args"]["sort_index"].get<int>();
+    if (e["name"] == "process_name") names[e["pid"].get<int>()] = e["args"]["name"].get<std::string>();
+    f3 += e["name"] == "F3";
+    b3 += e["name"] == "B3";
+    tps += e["name"] == "tp allreduce";
+  }
+  EXPECT_LT(sort_index[1], sort_index[0]) << "stage 0 (rank 1) above stage 1 (rank 0)";
+  EXPECT_NE(names[0].find("stage 1"), std::string::npos) << names[0];
+  EXPECT_NE(names[1].find("stage 0, tp 0 dp 0"), std::string::npos) << names[1];
+  EXPECT_EQ(f3, 2);
+  EXPECT_EQ(b3, 2);
+  EXPECT_EQ(tps, 2);
+}
+
 TEST(Trace, StepRangeParsing) {
   v1::GetTraceRequest r;
   EXPECT_TRUE(ParseStepRange("", &r).ok());
