@@ -78,20 +78,14 @@ Workload WorkloadOfJob(const v1::JobSpec& job) {
   return w;
 }
 
-namespace {
-
-std::string MiB(int64_t bytes) { return Bytes(bytes); }
-
-}  // namespace
-
 void PrintPlan(const GptShape& g, const Workload& w, int world, int64_t budget, std::ostream& out) {
   const int64_t n = parallel::ParamCount(g);
   out << "plan: gpt-tiny, " << g.layers << " blocks, d_model " << g.d_model << ", " << g.heads << " heads, "
-      << g.seq << " tokens, vocabulary " << g.vocab << ": " << n << " parameters (" << MiB(4 * n)
+      << g.seq << " tokens, vocabulary " << g.vocab << ": " << n << " parameters (" << Bytes(4 * n)
       << " in fp32)\n";
   out << "      micro-batch " << w.micro_batch << " x " << w.micro_batches << " per step, " << w.optimizer
       << (w.activation_checkpointing ? ", activation checkpointing" : "") << ", " << world
-      << " ranks, device budget " << (budget > 0 ? MiB(budget) : std::string("none")) << "\n\n";
+      << " ranks, device budget " << (budget > 0 ? Bytes(budget) : std::string("none")) << "\n\n";
   Table t({"STRATEGY", "PARAMS/RANK", "WEIGHTS", "GRADS", "OPTIM", "ACTIVATIONS", "IN FLIGHT", "TOTAL/RANK",
            "SENT/STEP DP", "TP", "PP", "BUBBLE", "FITS"});
   std::vector<StrategyPlan> plans;
@@ -100,9 +94,9 @@ void PrintPlan(const GptShape& g, const Workload& w, int world, int64_t budget, 
   for (const auto& p : plans) {
     const auto& r = p.worst;
     if (p.stages.empty()) continue;
-    t.Add({p.strategy.Name(), std::to_string(r.params), MiB(r.param_bytes), MiB(r.grad_bytes),
-           MiB(r.optimizer_bytes), MiB(r.activation_bytes), std::to_string(r.in_flight), MiB(r.total()),
-           MiB(p.traffic.dp), MiB(p.traffic.tp), MiB(p.traffic.pp),
+    t.Add({p.strategy.Name(), std::to_string(r.params), Bytes(r.param_bytes), Bytes(r.grad_bytes),
+           Bytes(r.optimizer_bytes), Bytes(r.activation_bytes), std::to_string(r.in_flight), Bytes(r.total()),
+           Bytes(p.traffic.dp), Bytes(p.traffic.tp), Bytes(p.traffic.pp),
            p.strategy.pp > 1 ? Num(100 * p.bubble, 1) + "%" : "-", p.fits ? "yes" : "no"});
   }
   t.Print(out);
@@ -122,7 +116,7 @@ void PrintPlan(const GptShape& g, const Workload& w, int world, int64_t budget, 
         out << "\n";
         continue;
       }
-      out << " (" << MiB(p.worst.total()) << " > " << MiB(budget) << ")\n";
+      out << " (" << Bytes(p.worst.total()) << " > " << Bytes(budget) << ")\n";
     }
   }
   // Strategies a world size allows but the model's shape does not.
@@ -137,7 +131,7 @@ void PrintPlan(const GptShape& g, const Workload& w, int world, int64_t budget, 
 
 namespace {
 
-int Plan(PlanCommand& c, CliContext& ctx, const GptShape& g, const Workload& w, int world, int64_t budget) {
+int Plan(CliContext& ctx, const GptShape& g, const Workload& w, int world, int64_t budget) {
   if (ctx.json) {
     nlohmann::json j;
     j["params"] = parallel::ParamCount(g);
@@ -171,7 +165,6 @@ int Plan(PlanCommand& c, CliContext& ctx, const GptShape& g, const Workload& w, 
     *ctx.out << j.dump() << "\n";
     return 0;
   }
-  (void)c;
   PrintPlan(g, w, world, budget, *ctx.out);
   return 0;
 }
@@ -190,7 +183,7 @@ std::optional<int> RunPlanOffline(PlanCommand& c, CliContext& ctx) {
                 InvalidArgument("plan: --layers, --heads, --seq-len, --vocab and --mlp-ratio must be >= 1 "
                                 "and --heads must divide --hidden"));
   c.work.optimizer = c.optimizer;
-  return Plan(c, ctx, c.shape, c.work, c.world, BudgetBytes(std::max(0.0, c.budget_mb)));
+  return Plan(ctx, c.shape, c.work, c.world, BudgetBytes(std::max(0.0, c.budget_mb)));
 }
 
 std::optional<int> RunPlanCommand(PlanCommand& c, CliContext& ctx, DrillClient& client) {
@@ -203,7 +196,7 @@ std::optional<int> RunPlanCommand(PlanCommand& c, CliContext& ctx, DrillClient& 
   if (!g.ok()) return Fail(ctx, g.status());
   const int world = c.world > 0 ? c.world : st->job().world_size();
   const double mb = c.budget_mb >= 0 ? c.budget_mb : st->job().memory().device_budget_mb();
-  return Plan(c, ctx, *g, WorkloadOfJob(st->job()), world, BudgetBytes(mb));
+  return Plan(ctx, *g, WorkloadOfJob(st->job()), world, BudgetBytes(mb));
 }
 
 void PrintMemoryProbe(const v1::SessionStatus& st, std::ostream& out) {

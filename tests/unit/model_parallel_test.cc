@@ -35,12 +35,13 @@ namespace {
 
 // ---- tensor parallelism ----
 
-GptConfig SmallConfig() {
+// A small gpt-tiny of `layers` blocks, for the comparisons below.
+GptConfig SmallConfig(int64_t layers = 2) {
   GptConfig c;
   c.vocab_size = 64;
   c.seq_len = 16;
   c.d_model = 32;
-  c.layers = 2;
+  c.layers = layers;
   c.heads = 4;
   c.mlp_ratio = 4;
   return c;
@@ -288,16 +289,6 @@ TEST(PipelineSchedules, EveryMicroBatchForwardThenBackwardWithinTheirBounds) {
   EXPECT_FALSE(ParsePipelineSchedule("interleaved").ok());
 }
 
-GptConfig FourBlocks() {
-  GptConfig c;
-  c.vocab_size = 64;
-  c.seq_len = 16;
-  c.d_model = 32;
-  c.layers = 4;
-  c.heads = 4;
-  return c;
-}
-
 std::vector<MicroBatch> Batches(const GptConfig& c, int m) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(77);
   std::vector<MicroBatch> out;
@@ -336,7 +327,7 @@ StageOutcome RunStage(int stage, PipelineSchedule s, std::promise<int>* port_out
     out.error = pp.status().message();
     return out;
   }
-  GptConfig c = FourBlocks();
+  GptConfig c = SmallConfig(4);
   c.first_block = 2 * stage;
   c.stage_blocks = 2;
   auto model = BuildGpt(c, 3);
@@ -369,7 +360,7 @@ void CheckTwoStages(PipelineSchedule s) {
   ASSERT_TRUE(s1.error.empty()) << s1.error;
 
   // The whole model on the same four micro-batches, each loss / 4.
-  const GptConfig c = FourBlocks();
+  const GptConfig c = SmallConfig(4);
   auto whole = BuildGpt(c, 3);
   ASSERT_TRUE(whole.ok());
   double loss = 0;
