@@ -14,8 +14,10 @@
 #include "cli/client.h"
 #include "cli/demo.h"
 #include "cli/flight_recorder.h"
+#include "cli/memory_fix.h"
 #include "cli/metrics.h"
 #include "cli/output.h"
+#include "cli/plan.h"
 #include "cli/probe.h"
 #include "common/stats.h"
 
@@ -326,6 +328,80 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     Set(&f.fix, "comm.accumulation_sync", "once");
     out.push_back(f);
     return out;
+  }
+
+  // 1c. A model-parallel layout that wastes the ranks. The job is slower
+  // than its baseline, and the time goes where the layout puts it: a
+  // pipeline's stages idle in its bubble, or tensor-parallel all-reduces
+  // take the step.
+  const int tp = std::max(1, job.parallel().tp()), pp = std::max(1, job.parallel().pp());
+  const int micro_batches = std::max(1, job.grad_accum_steps());
+  const double vs_baseline = VsBaseline(st);
+  AutopilotFinding lf;
+  if (pp > 1 && vs_baseline > 0 && vs_baseline < 0.85) {
+    std::vector<double> bubbles;
+    for (const auto* r : live) bubbles.push_back(r->pp_bubble_fraction());
+    const double bubble = Median(bubbles);
+    const double formula = static_cast<double>(pp - 1) / (micro_batches + pp - 1);
+    if (bubble >= 0.3) {
+      lf.found = true;
+      lf.cause = "pipeline-bubble";
+      lf.evidence = context + "The ranks are a " + std::to_string(pp) + "-stage pipeline running " +
+                   std::to_string(micro_batches) + " micro-batch" + (micro_batches > 1 ? "es" : "") +
+                   " a step; each stage idles " + Pct(bubble) + " of the step (the median BUBBLE%), against (p-1)/(m+p-1) = " +
+                   Pct(formula) + " for p = " + std::to_string(pp) + ", m = " + std::to_string(micro_batches) +
+                   ", at " + Num(vs_baseline, 2) + "x the healthy baseline's throughput. More, smaller micro-batches "
+                   "for the same samples a step fill the pipeline.";
+      // The smallest split of the micro-batch that brings the formula to
+      // 15% or less.
+      const int b = job.data().batch_size();
+      for (int k = 2; k <= b; ++k) {
+        if (b % k != 0) continue;
+        const int m = micro_batches * k;
+        if (static_cast<double>(pp - 1) / (m + pp - 1) > 0.15 && k < b) continue;
+        Set(&lf.fix, "data.batch_size", std::to_string(b / k));
+        Set(&lf.fix, "grad_accum_steps", std::to_string(m));
+        lf.evidence += " Micro-batch " + std::to_string(b / k) + " x " + std::to_string(m) + ": a bubble of " +
+                      Pct(static_cast<double>(pp - 1) / (m + pp - 1)) + ".";
+        break;
+      }
+      out.push_back(lf);
+      return out;
+    }
+  }
+  if (tp > 1 && vs_baseline > 0 && vs_baseline < 0.8) {
+    std::vector<double> shares;
+    for (const auto* r : live) shares.push_back(r->tp_comm_ms() / r->step_ms());
+    const double tp_share = Median(shares);
+    // The same model with the tensor-parallel ranks as data-parallel
+    // replicas instead, accumulating fewer micro-batches for the same
+    // samples a step: does it fit the device?
+    const int m = micro_batches / tp;
+    auto shape = ShapeOfJob(job);
+    if (tp_share >= 0.25 && m >= 1 && micro_batches % tp == 0 && shape.ok()) {
+      parallel::Workload w = WorkloadOfJob(job);
+      w.micro_batches = m;
+      parallel::Strategy s;
+      s.pp = pp;
+      s.dp = std::max(1, job.world_size() / pp);
+      const int64_t budget = static_cast<int64_t>(job.memory().device_budget_mb() * 1024 * 1024);
+      const parallel::StrategyPlan plan = parallel::PlanStrategy(*shape, w, s, budget);
+      if (plan.fits && (budget <= 0 || plan.worst.total() <= 0.85 * budget)) {
+        lf.found = true;
+        lf.cause = "parallel-layout";
+        lf.evidence = context + "Tensor-parallel all-reduces take " + Pct(tp_share) +
+                     " of every rank's step (the median TP_COMM over STEP_MS), at " + Num(vs_baseline, 2) +
+                     "x the healthy baseline's throughput: each block's two all-reduces forward and two backward "
+                     "move a [batch, sequence, hidden] activation, on a model whose blocks take less time than "
+                     "that. `firedrill plan` puts the whole model on each rank at " + Bytes(plan.worst.total()) +
+                     (budget > 0 ? " of the device's " + Bytes(budget) : std::string()) + " (" + s.Name() +
+                     "): data parallelism sends only the gradients, once a step.";
+        Set(&lf.fix, "parallel.tp", "1");
+        if (m != micro_batches) Set(&lf.fix, "grad_accum_steps", std::to_string(m));
+        out.push_back(lf);
+        return out;
+      }
+    }
   }
 
   // 2. Padding: most of what is computed is not data, and more of it than
@@ -1254,6 +1330,15 @@ int PilotSession(CliContext& ctx, const std::string& id) {
       (void)client.EndSession(id, std::chrono::seconds(60));
       return 1;
     }
+  }
+  // A job that does not fit: which remedy, from `firedrill plan`'s
+  // predictions and the workload settings the brief lets a fix change.
+  for (auto& finding : findings) {
+    if (finding.cause != "out-of-memory") continue;
+    std::vector<std::string> may;
+    if (auto brief = client.GetScenario(st->session().scenario_id()); brief.ok())
+      may.assign(brief->may_change().begin(), brief->may_change().end());
+    finding = PlanMemoryFix(finding, st->job(), may);
   }
   v1::ApplyFixRequest fix;
   for (const auto& finding : findings) {

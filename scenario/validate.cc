@@ -466,6 +466,29 @@ Check CheckScenario(const v1::Scenario& s) {
       return Fail(p + ".kind", "stale_accumulation needs verify.loss_vs_baseline_max: the global batch shows in "
                                "the loss, not in the speed");
   }
+  // A deploy's settings make a job the trainer runs, each one a change.
+  for (int i = 0; i < s.faults_size(); ++i) {
+    const v1::FaultSpec& f = s.faults(i);
+    if (f.kind() != "deploy_change") continue;
+    const std::string p = Indexed("faults", i) + ".params.set";
+    v1::JobSpec deployed = s.job();
+    for (int k = 0; k < f.deploy_change().set_size(); ++k) {
+      const v1::JobSetting& kv = f.deploy_change().set(k);
+      const std::string at = Indexed(p, k);
+      const std::vector<std::string> keys = JobSettingKeys();
+      if (!std::binary_search(keys.begin(), keys.end(), kv.key()))
+        return Fail(at + ".key", "unknown setting '" + kv.key() + "'; known settings: " + JoinList(keys));
+      if (ClassOfJobKey(kv.key()) == JobKeyClass::kEnvironment)
+        return Fail(at + ".key", kv.key() + " describes the machine, not the job: a deploy does not change it "
+                                            "(device_memory gives a device's memory)");
+      const v1::JobSpec before = deployed;
+      if (Status st = faults::SetJobKey(&deployed, kv.key(), kv.value()); !st.ok())
+        return Fail(at + ".value", st.message());
+      if (before.SerializeAsString() == deployed.SerializeAsString())
+        return Fail(at + ".value", "is the healthy job's own " + kv.key() + ": the deploy changes nothing there");
+    }
+    if (Check bad = CheckJob(deployed, "")) return Fail(p, "the job as deployed: " + FormatProblem("", *bad));
+  }
   // A host that stays down shows through the launcher: it restarts the job
   // without it (elastic.min_nodes below the world size) or the job stays
   // down until a host replaces it.
@@ -666,17 +689,7 @@ Status ApplyJobSetting(v1::JobSpec* job, const std::string& key, const std::stri
     return InvalidArgument("unknown setting '" + key + "'; known settings: " + JoinList(keys));
   }
   const v1::JobSpec before = *job;
-  pb::Message* msg = job;
-  std::string rest = key;
-  for (std::size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1)) {
-    const FD* f = msg->GetDescriptor()->FindFieldByName(rest.substr(0, dot));
-    msg = msg->GetReflection()->MutableMessage(msg, f);
-  }
-  const FD* leaf = msg->GetDescriptor()->FindFieldByName(rest);
-  if (auto bad = SetScalar(msg, leaf, value)) {
-    *job = before;
-    return InvalidArgument("setting '" + key + "': " + *bad);
-  }
+  FD_RETURN_IF_ERROR(faults::SetJobKey(job, key, value));
   if (Check p = CheckJob(*job, "")) {
     *job = before;  // a rejected fix must not leave a half-applied job
     return InvalidArgument("setting " + key + "=" + value + " rejected: " + FormatProblem("", *p));

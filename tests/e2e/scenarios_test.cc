@@ -72,6 +72,12 @@ const std::vector<Case> kCases = {
     {"board-failure", 115, {"checkpoint-layout"}},
     // Memory.
     {"mig-slices", 105, {"out-of-memory"}},
+    {"new-recipe", 121, {"out-of-memory"}},
+    {"adamw-migration", 123, {"out-of-memory"}},
+    {"deeper-model", 125, {"out-of-memory"}},
+    // Parallelism.
+    {"launcher-v2", 127, {"pipeline-bubble"}},
+    {"platform-defaults", 129, {"parallel-layout"}},
 };
 
 class ScenarioTest : public ControllerTest {
