@@ -355,7 +355,7 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
       // The smallest split of the micro-batch that brings the formula to
       // 15% or less.
       const int b = job.data().batch_size();
-      for (int k = 2; k <= b; ++k) {
+      for (int k = 2; k <= b; ++k) {  // none for a micro-batch of 1: nothing left to split
         if (b % k != 0) continue;
         const int m = micro_batches * k;
         if (static_cast<double>(pp - 1) / (m + pp - 1) > 0.15 && k < b) continue;
@@ -374,13 +374,16 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     for (const auto* r : live) shares.push_back(r->tp_comm_ms() / r->step_ms());
     const double tp_share = Median(shares);
     // The same model with the tensor-parallel ranks as data-parallel
-    // replicas instead, accumulating fewer micro-batches for the same
-    // samples a step: does it fit the device?
-    const int m = micro_batches / tp;
+    // replicas instead, tp times as many: each accumulates tp times fewer
+    // micro-batches, or takes a tp-th of the micro-batch, for the same
+    // samples a step. Does it fit the device?
+    const int b = job.data().batch_size();
+    const bool fewer = micro_batches % tp == 0, smaller = !fewer && b % tp == 0;
     auto shape = ShapeOfJob(job);
-    if (tp_share >= 0.25 && m >= 1 && micro_batches % tp == 0 && shape.ok()) {
+    if (tp_share >= 0.25 && (fewer || smaller) && shape.ok()) {
       parallel::Workload w = WorkloadOfJob(job);
-      w.micro_batches = m;
+      if (fewer) w.micro_batches = micro_batches / tp;
+      else w.micro_batch = b / tp;
       parallel::Strategy s;
       s.pp = pp;
       s.dp = std::max(1, job.world_size() / pp);
@@ -397,7 +400,8 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
                      (budget > 0 ? " of the device's " + Bytes(budget) : std::string()) + " (" + s.Name() +
                      "): data parallelism sends only the gradients, once a step.";
         Set(&lf.fix, "parallel.tp", "1");
-        if (m != micro_batches) Set(&lf.fix, "grad_accum_steps", std::to_string(m));
+        if (fewer) Set(&lf.fix, "grad_accum_steps", std::to_string(micro_batches / tp));
+        else Set(&lf.fix, "data.batch_size", std::to_string(b / tp));
         out.push_back(lf);
         return out;
       }

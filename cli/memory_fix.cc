@@ -80,6 +80,10 @@ StatusOr<std::vector<MemoryRemedy>> MemoryRemedies(const v1::JobSpec& job, const
     all.push_back(c);
   }
   splits(base);
+  if (zero_ok) {
+    Candidate z = all.front();  // ZeRO-1, above
+    splits(z);
+  }
   // Recomputing each block's activations in backward: a second forward,
   // about a third of a step's compute.
   if (!w.activation_checkpointing) {
@@ -101,7 +105,12 @@ StatusOr<std::vector<MemoryRemedy>> MemoryRemedies(const v1::JobSpec& job, const
   }
   // Another layout: the model split over tp x pp ranks, the global batch
   // kept by accumulating as many more micro-batches as replicas are lost.
-  if (fp32 && now.zero_stage == 0 && job.checkpoint().every() <= 0 && job.checkpoint().resume_from().empty()) {
+  // (What the trainer's layouts need: fp32, no ZeRO, no checkpoints, the
+  // micro-batch losses averaged and the gradients all-reduced once a step.)
+  const bool layouts_ok = fp32 && now.zero_stage == 0 && job.checkpoint().every() <= 0 &&
+                          job.checkpoint().resume_from().empty() && job.optim().accumulation_loss() != "sum" &&
+                          job.comm().accumulation_sync() != "every_micro_batch";
+  if (layouts_ok) {
     for (const Strategy& s : parallel::CandidateStrategies(world, g)) {
       if (s.zero_stage != 0 || s.tp * s.pp == 1 || (s.tp == now.tp && s.pp == now.pp)) continue;
       if (now.dp % s.dp != 0) continue;
@@ -109,9 +118,12 @@ StatusOr<std::vector<MemoryRemedy>> MemoryRemedies(const v1::JobSpec& job, const
       if (m != w.micro_batches && !accumulate_ok) continue;
       Candidate c = base;
       c.s = s;
+      c.s.gpipe = now.gpipe;
       c.w.micro_batches = m;
       c.name = s.Name() + (m != w.micro_batches ? ", " + std::to_string(m) + " micro-batches" : "");
-      c.settings = {{"parallel.tp", std::to_string(s.tp)}, {"parallel.pp", std::to_string(s.pp)}};
+      c.settings.clear();
+      if (s.tp != now.tp) c.settings.push_back({"parallel.tp", std::to_string(s.tp)});
+      if (s.pp != now.pp) c.settings.push_back({"parallel.pp", std::to_string(s.pp)});
       if (m != w.micro_batches) c.settings.push_back({"grad_accum_steps", std::to_string(m)});
       // On these cores a tensor-parallel step moves activations twice per
       // block (bench/RESULTS.md: TP2 at 0.45x DP2's samples/s), a pipeline
@@ -149,6 +161,7 @@ AutopilotFinding PlanMemoryFix(const AutopilotFinding& oom, const v1::JobSpec& j
     s.pp = std::max(1, job.parallel().pp());
     s.dp = std::max(1, job.world_size() / (s.tp * s.pp));
     s.zero_stage = job.optim().zero_stage();
+    s.gpipe = job.parallel().schedule() == "gpipe";
     return s;
   }(), static_cast<int64_t>(budget));
   int64_t now = 0;

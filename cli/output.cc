@@ -70,8 +70,6 @@ void PrintScenarioDetail(const v1::ScenarioDetail& d, std::ostream& out) {
   out << "a fix may change: operational settings (loader, buckets, sampler, timeouts, interfaces, checkpoint cadence, "
          "threads) and hosts"
       << (may.empty() ? "" : "; of the workload, only " + may) << "\n";
-  if (d.keep_global_batch())
-    out << "the global batch (samples per optimiser step) stays as deployed: its owners chose it\n";
   const auto& t = d.tools();
   std::string tools = "status, top, config";
   if (!t.has_trace() || t.trace()) tools += ", trace";

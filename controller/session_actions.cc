@@ -243,8 +243,7 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& as
       return FailedPrecondition(
           "this fix trains a global batch of " + std::to_string(fixed_batch) + " samples per optimiser step "
           "(data-parallel replicas x data.batch_size x grad_accum_steps); the job's owners chose the " +
-          std::to_string(deployed_batch) + " it has as deployed, and a fix keeps it (the brief says so: "
-          "`firedrill scenarios show " + s.scenario->id() + "`)");
+          std::to_string(deployed_batch) + " it has as deployed, and a fix keeps it (the briefing says so)");
   }
   for (auto& kv : *req.mutable_settings()) {
     if (kv.key() == "checkpoint.resume_from" && !kv.value().empty() && kv.value() != "latest")

@@ -156,7 +156,6 @@ StatusOr<v1::ScenarioDetail> SessionManager::GetScenario(const std::string& id) 
   d.set_time_budget_s(sc->rubric().time_budget_s());
   d.set_time_limit_s(TimeLimitS(sc->rubric()));
   for (const auto& k : sc->may_change()) d.add_may_change(k);
-  d.set_keep_global_batch(sc->keep_global_batch());
   *d.mutable_tools() = sc->tools();
   d.set_hints(sc->hints_size());
   d.set_hint_cost(sc->rubric().hint_cost());

@@ -16,9 +16,9 @@ Status ValidateDeployChange(const v1::FaultSpec& spec) {
   for (int i = 0; i < set.size(); ++i) {
     const std::string where = "params.set[" + std::to_string(i) + "]";
     if (!seen.insert(set[i].key()).second)
-      return InvalidArgument(where + ".key: '" + set[i].key() + "' is set twice");
+      return InvalidArgument(where + ".key '" + set[i].key() + "' is set twice");
     if (Status st = SetJobKey(&scratch, set[i].key(), set[i].value()); !st.ok())
-      return InvalidArgument(where + ": " + st.message());
+      return InvalidArgument(where + " does not apply: " + st.message());
   }
   // A deploy is the whole job's, from its start.
   if (!spec.target().all_ranks())

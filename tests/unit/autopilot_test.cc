@@ -850,7 +850,9 @@ TEST(AutopilotMemory, AModelTooBigForEveryReplicaIsSplitAcrossTheRanksKeepingThe
   const int batch = Setting(f, "data.batch_size").empty() ? 8 : std::stoi(Setting(f, "data.batch_size"));
   EXPECT_EQ(batch * std::stoi(Setting(f, "grad_accum_steps")), 16) << "one replica left: it accumulates both halves";
   // Without accumulation a layout would halve the global batch: none is offered.
-  for (const auto& r : *MemoryRemedies(job, {}))
+  auto closed = MemoryRemedies(job, {});
+  ASSERT_TRUE(closed.ok()) << closed.status().message();
+  for (const auto& r : *closed)
     for (const auto& [k, v] : r.settings) EXPECT_NE(k, "grad_accum_steps") << r.name;
 }
 

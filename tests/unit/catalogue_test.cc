@@ -102,16 +102,6 @@ TEST(Catalogue, NoMayChangeEntryIsATellOfOneKindOfProblem) {
     EXPECT_GE(cls.size(), 2u) << "may_change '" << key << "' is listed only by " << *cls.begin() << " drills: a tell";
 }
 
-// Nor may the brief's "the global batch stays as deployed".
-TEST(Catalogue, KeepingTheGlobalBatchIsNoTellOfOneKindOfProblem) {
-  auto all = scenario::LoadScenarioDir(FIREDRILL_SOURCE_DIR "/scenarios");
-  ASSERT_TRUE(all.ok()) << all.status().message();
-  std::set<std::string> classes;
-  for (const auto& sc : *all)
-    if (sc.keep_global_batch()) classes.insert(AnswerClassOf(sc));
-  if (!classes.empty()) EXPECT_GE(classes.size(), 2u) << "only " << *classes.begin() << " drills keep the global batch";
-}
-
 TEST(Catalogue, TheNegativeControlsShip) {
   // The negative controls ship: a drill with no fault, one with two.
   auto all = scenario::LoadScenarioDir(FIREDRILL_SOURCE_DIR "/scenarios");

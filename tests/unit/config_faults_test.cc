@@ -246,13 +246,15 @@ TEST(ConfigFaults, ADeployChangeSetsItsSettingsAndNothingElse) {
   EXPECT_TRUE(k->validate(f).ok()) << k->validate(f).message();
   // Each key once, each value one its field takes, a key that exists.
   add("data.batch_size", "16");
-  EXPECT_EQ(k->validate(f).message(), "params.set[3].key: 'data.batch_size' is set twice");
+  EXPECT_EQ(k->validate(f).message(), "params.set[3].key 'data.batch_size' is set twice");
   f.mutable_deploy_change()->mutable_set(3)->set_key("data.batch");
-  EXPECT_NE(k->validate(f).message().find("params.set[3]: unknown setting 'data.batch'"), std::string::npos)
+  EXPECT_NE(k->validate(f).message().find("params.set[3] does not apply: unknown setting 'data.batch'"),
+            std::string::npos)
       << k->validate(f).message();
   f.mutable_deploy_change()->mutable_set(3)->set_key("grad_accum_steps");
   f.mutable_deploy_change()->mutable_set(3)->set_value("two");
-  EXPECT_EQ(k->validate(f).message(), "params.set[3]: setting 'grad_accum_steps': expected an integer, got 'two'");
+  EXPECT_EQ(k->validate(f).message(),
+            "params.set[3] does not apply: setting 'grad_accum_steps': expected an integer, got 'two'");
   f.mutable_deploy_change()->mutable_set(3)->set_key("model");
   f.mutable_deploy_change()->mutable_set(3)->set_value("x");
   EXPECT_NE(k->validate(f).message().find("a section"), std::string::npos) << k->validate(f).message();
