@@ -19,6 +19,7 @@
 #include "cli/output.h"
 #include "cli/plan.h"
 #include "cli/probe.h"
+#include "parallel/mesh.h"
 #include "common/stats.h"
 
 namespace firedrill::cli {
@@ -367,6 +368,54 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
       }
       out.push_back(lf);
       return out;
+    }
+  }
+  // Tensor-parallel groups whose ranks sit on different hosts: their
+  // all-reduces, inside every block, go over the links between hosts
+  // instead of the ones inside a host. The hosts are the status's; the
+  // groups the mesh's from the job's order.
+  if (tp > 1 && vs_baseline > 0 && vs_baseline < 0.85) {
+    std::map<std::string, int> per_host;
+    for (const auto& r : st.ranks()) ++per_host[r.host()];
+    int ranks_per_host = 0;
+    bool even = !per_host.empty();
+    for (const auto& [h, n] : per_host) {
+      if (ranks_per_host == 0) ranks_per_host = n;
+      even = even && n == ranks_per_host;
+    }
+    // Ranks in rank order on their hosts, as the status lists them.
+    for (int i = 0; even && i < st.ranks_size(); ++i)
+      even = st.ranks(i).rank() == i &&
+             (i % ranks_per_host == 0 || st.ranks(i).host() == st.ranks(i - 1).host());
+    auto mesh = parallel::Mesh::Create(job.world_size(), tp, pp, job.parallel().order());
+    std::vector<double> shares;
+    for (const auto* r : live) shares.push_back(r->tp_comm_ms() / r->step_ms());
+    if (even && ranks_per_host > 1 && mesh.ok() && Median(shares) >= 0.2) {
+      bool crosses = false;
+      for (const auto& g : mesh->Groups(parallel::Dim::kTp)) crosses = crosses || parallel::CrossesHosts(g, ranks_per_host);
+      // The same order with tp innermost.
+      std::string order = "tp";
+      for (parallel::Dim d : mesh->order())
+        if (d != parallel::Dim::kTp) order += std::string("-") + parallel::DimName(d);
+      auto inside = parallel::Mesh::Create(job.world_size(), tp, pp, order);
+      bool fixed = inside.ok();
+      for (const auto& g : fixed ? inside->Groups(parallel::Dim::kTp) : std::vector<std::vector<int>>{})
+        fixed = fixed && !parallel::CrossesHosts(g, ranks_per_host);
+      if (crosses && fixed) {
+        lf.found = true;
+        lf.cause = "parallel-layout";
+        lf.evidence = context + "Tensor-parallel all-reduces take " + Pct(Median(shares)) +
+                      " of every rank's step (TP_COMM over STEP_MS), at " + Num(vs_baseline, 2) +
+                      "x the healthy baseline's throughput, and with the mesh order " +
+                      mesh->order_text() + " on hosts of " + std::to_string(ranks_per_host) +
+                      " ranks every tensor-parallel group spans hosts (`firedrill mesh`): each block's "
+                      "all-reduces cross the links between hosts. With " + order +
+                      " each group's ranks are neighbours on one host; data-parallel and pipeline traffic, "
+                      "once a step and once a micro-batch, cross instead.";
+        Set(&lf.fix, "parallel.order", order);
+        out.push_back(lf);
+        return out;
+      }
     }
   }
   if (tp > 1 && vs_baseline > 0 && vs_baseline < 0.8) {

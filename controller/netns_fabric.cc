@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/subprocess.h"
+#include "common/tc.h"
 
 namespace firedrill::controller {
 
@@ -223,6 +224,40 @@ StatusOr<NetnsHost> NetnsFabric::AddHost(const std::string& host_name) {
   return h;
 }
 
+Status NetnsFabric::ShapeHost(const std::string& host_name, double bandwidth_gbps) {
+  NetnsHost h;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = hosts_.find(host_name);
+    if (it == hosts_.end()) return NotFound("no namespace for host " + host_name);
+    h = it->second;
+  }
+  if (!(bandwidth_gbps > 0)) return InvalidArgument("a host's link needs a bandwidth > 0 GB/s");
+  // Toward the host: the bridge's port to it.
+  FD_RETURN_IF_ERROR(RunChecked(TbfCommand(h.host_veth, bandwidth_gbps)));
+  if (h.ifb.empty()) {
+    // From the host: what arrives on that port goes out through the ifb.
+    const std::string ifb = "fdi" + tag_ + std::to_string(h.index);
+    FD_RETURN_IF_ERROR(Make("link", ifb, {"ip", "link", "add", ifb, "type", "ifb"}));
+    const std::vector<std::vector<std::string>> steps = {
+        {"ip", "link", "set", ifb, "up"},
+        {"tc", "qdisc", "add", "dev", h.host_veth, "handle", "ffff:", "ingress"},
+        {"tc", "filter", "add", "dev", h.host_veth, "parent", "ffff:", "protocol", "all", "u32", "match", "u32", "0",
+         "0", "action", "mirred", "egress", "redirect", "dev", ifb},
+    };
+    for (const auto& cmd : steps) {
+      if (Status st = RunChecked(cmd); !st.ok()) {
+        if (Remove("link", ifb).ok()) (void)Forget("link", ifb);
+        return Status(st.code(), "host " + host_name + ": " + st.message());
+      }
+    }
+    h.ifb = ifb;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = hosts_.find(host_name); it != hosts_.end()) it->second.ifb = ifb;
+  }
+  return RunChecked(TbfCommand(h.ifb, bandwidth_gbps));
+}
+
 Status NetnsFabric::RemoveHost(const std::string& host_name) {
   NetnsHost h;
   {
@@ -236,6 +271,10 @@ Status NetnsFabric::RemoveHost(const std::string& host_name) {
   if (st.ok()) (void)Forget("netns", h.netns);
   Status l = Remove("link", h.host_veth);
   if (l.ok()) (void)Forget("link", h.host_veth);
+  if (!h.ifb.empty() && l.ok()) {
+    l = Remove("link", h.ifb);
+    if (l.ok()) (void)Forget("link", h.ifb);
+  }
   if (!st.ok() || !l.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     stuck_.insert(h.index);  // its names are still taken: never handed out again

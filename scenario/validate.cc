@@ -391,6 +391,16 @@ Check CheckScenario(const v1::Scenario& s) {
   FD_CHECK(NonEmpty("title", s.title()));
   FD_CHECK(NonEmpty("briefing", s.briefing()));
   FD_CHECK(CheckJob(s.job(), "job"));
+  {
+    const v1::Cluster& c = s.cluster();
+    const int per_host = std::max(1, c.ranks_per_host());
+    FD_CHECK(InRange("cluster.ranks_per_host", c.ranks_per_host(), 0, 64));
+    if (s.job().world_size() % per_host != 0)
+      return Fail("cluster.ranks_per_host", Str("must divide job.world_size (", s.job().world_size(),
+                                                "): every host holds the same number of ranks"));
+    if (!(c.inter_host_gbps() >= 0) || c.inter_host_gbps() > 100)
+      return Fail("cluster.inter_host_gbps", Str("must be in [0, 100] GB/s (0: not shaped), got ", c.inter_host_gbps()));
+  }
   for (int i = 0; i < s.faults_size(); ++i) FD_CHECK(CheckFault(s, i));
   // A fault whose harm verification cannot measure would let an unfixed
   // job pass: a flipped mantissa bit moves no throughput, skew or loss, so

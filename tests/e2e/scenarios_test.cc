@@ -78,6 +78,7 @@ const std::vector<Case> kCases = {
     // Parallelism.
     {"launcher-v2", 127, {"pipeline-bubble"}},
     {"platform-defaults", 129, {"parallel-layout"}},
+    {"four-nodes", 131, {"parallel-layout"}},
 };
 
 class ScenarioTest : public ControllerTest {
