@@ -339,37 +339,6 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
   const int micro_batches = std::max(1, job.grad_accum_steps());
   const double vs_baseline = VsBaseline(st);
   AutopilotFinding lf;
-  if (pp > 1 && vs_baseline > 0 && vs_baseline < 0.85) {
-    std::vector<double> bubbles;
-    for (const auto* r : live) bubbles.push_back(r->pp_bubble_fraction());
-    const double bubble = Median(bubbles);
-    const double formula = static_cast<double>(pp - 1) / (micro_batches + pp - 1);
-    if (bubble >= 0.3) {
-      lf.found = true;
-      lf.cause = "pipeline-bubble";
-      lf.evidence = context + "The ranks are a " + std::to_string(pp) + "-stage pipeline running " +
-                   std::to_string(micro_batches) + " micro-batch" + (micro_batches > 1 ? "es" : "") +
-                   " a step; each stage idles " + Pct(bubble) + " of the step (the median BUBBLE%), against (p-1)/(m+p-1) = " +
-                   Pct(formula) + " for p = " + std::to_string(pp) + ", m = " + std::to_string(micro_batches) +
-                   ", at " + Num(vs_baseline, 2) + "x the healthy baseline's throughput. More, smaller micro-batches "
-                   "for the same samples a step fill the pipeline.";
-      // The smallest split of the micro-batch that brings the formula to
-      // 15% or less.
-      const int b = job.data().batch_size();
-      for (int k = 2; k <= b; ++k) {  // none for a micro-batch of 1: nothing left to split
-        if (b % k != 0) continue;
-        const int m = micro_batches * k;
-        if (static_cast<double>(pp - 1) / (m + pp - 1) > 0.15 && k < b) continue;
-        Set(&lf.fix, "data.batch_size", std::to_string(b / k));
-        Set(&lf.fix, "grad_accum_steps", std::to_string(m));
-        lf.evidence += " Micro-batch " + std::to_string(b / k) + " x " + std::to_string(m) + ": a bubble of " +
-                      Pct(static_cast<double>(pp - 1) / (m + pp - 1)) + ".";
-        break;
-      }
-      out.push_back(lf);
-      return out;
-    }
-  }
   // Tensor-parallel groups whose ranks sit on different hosts: their
   // all-reduces, inside every block, go over the links between hosts
   // instead of the ones inside a host. The hosts are the status's; the
@@ -408,7 +377,7 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
                       " of every rank's step (TP_COMM over STEP_MS), at " + Num(vs_baseline, 2) +
                       "x the healthy baseline's throughput, and with the mesh order " +
                       mesh->order_text() + " on hosts of " + std::to_string(ranks_per_host) +
-                      " ranks every tensor-parallel group spans hosts (`firedrill mesh`): each block's "
+                      " ranks tensor-parallel groups span hosts (`firedrill mesh`): each block's "
                       "all-reduces cross the links between hosts. With " + order +
                       " each group's ranks are neighbours on one host; data-parallel and pipeline traffic, "
                       "once a step and once a micro-batch, cross instead.";
@@ -416,6 +385,41 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
         out.push_back(lf);
         return out;
       }
+    }
+  }
+  if (pp > 1 && vs_baseline > 0 && vs_baseline < 0.85) {
+    std::vector<double> bubbles;
+    for (const auto* r : live) bubbles.push_back(r->pp_bubble_fraction());
+    const double bubble = Median(bubbles);
+    const double formula = static_cast<double>(pp - 1) / (micro_batches + pp - 1);
+    // The change from the baseline's (a pipeline that always ran this way
+    // idled as much before the incident).
+    const double before = st.baseline().pp_bubble_fraction();
+    if (bubble >= 0.3 && bubble - before >= 0.15) {
+      lf.found = true;
+      lf.cause = "pipeline-bubble";
+      lf.evidence = context + "The ranks are a " + std::to_string(pp) + "-stage pipeline running " +
+                   std::to_string(micro_batches) + " micro-batch" + (micro_batches > 1 ? "es" : "") +
+                   " a step; each stage idles " + Pct(bubble) + " of the step (the median BUBBLE%), against (p-1)/(m+p-1) = " +
+                   Pct(formula) + " for p = " + std::to_string(pp) + ", m = " + std::to_string(micro_batches) +
+                   " (the healthy baseline's: " + Pct(before) + "), at " + Num(vs_baseline, 2) +
+                   "x the healthy baseline's throughput. More, smaller micro-batches for the same samples a step "
+                   "fill the pipeline.";
+      // The smallest split of the micro-batch that brings the formula to
+      // 15% or less.
+      const int b = job.data().batch_size();
+      for (int k = 2; k <= b; ++k) {  // none for a micro-batch of 1: nothing left to split
+        if (b % k != 0) continue;
+        const int m = micro_batches * k;
+        if (static_cast<double>(pp - 1) / (m + pp - 1) > 0.15 && k < b) continue;
+        Set(&lf.fix, "data.batch_size", std::to_string(b / k));
+        Set(&lf.fix, "grad_accum_steps", std::to_string(m));
+        lf.evidence += " Micro-batch " + std::to_string(b / k) + " x " + std::to_string(m) + ": a bubble of " +
+                      Pct(static_cast<double>(pp - 1) / (m + pp - 1)) + ".";
+        break;
+      }
+      out.push_back(lf);
+      return out;
     }
   }
   if (tp > 1 && vs_baseline > 0 && vs_baseline < 0.8) {

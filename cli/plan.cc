@@ -203,8 +203,9 @@ std::optional<int> RunPlanCommand(PlanCommand& c, CliContext& ctx, DrillClient& 
   if (c.cmd->count("--micro-batch") > 0) w.micro_batch = c.work.micro_batch;
   if (c.cmd->count("--micro-batches") > 0) w.micro_batches = c.work.micro_batches;
   if (c.cmd->count("--optimizer") > 0) {
+    // SGD as the job runs it where it is the job's; with momentum otherwise.
+    if (c.optimizer != w.optimizer) w.momentum = true;
     w.optimizer = c.optimizer;
-    w.momentum = true;
   }
   if (c.cmd->count("--checkpointing") > 0) w.activation_checkpointing = true;
   return Plan(ctx, *g, w, world, BudgetBytes(mb));

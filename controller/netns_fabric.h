@@ -86,6 +86,7 @@ class NetnsFabric {
   std::string ledger_, tag_, bridge_, gateway_, prefix_;  // prefix_: "198.18.7."
   mutable std::mutex mu_;         // hosts_, stuck_, next_index_
   mutable std::mutex ledger_mu_;  // the ledger file
+  std::mutex shape_mu_;           // ShapeHost, one at a time
   static constexpr int kMaxHosts = 253;  // .2 to .254 of the fabric's /24
   std::map<std::string, NetnsHost> hosts_;
   std::set<int> stuck_;  // indices whose objects could not be removed

@@ -87,6 +87,10 @@ struct WindowStats {
   double compute_ms = 0;                // forward + backward
   double comm_ms = 0;                   // exposed collective wait
   double padding_fraction = 0;
+  // Model-parallel jobs: the pipeline's measured bubble (a stage's idle
+  // share of the schedule) and the tensor-parallel all-reduces' time.
+  double pp_bubble_fraction = 0;
+  double tp_comm_ms = 0;
   // The training signals: mean loss over ranks and steps (NaN or inf when
   // any step's loss was), and the share of steps whose optimiser update was
   // skipped (inf/NaN gradients).

@@ -46,16 +46,15 @@ StatusOr<Placement> SessionManager::PlaceOnHost(Session& s, const std::string& h
   if (!opts_.fabric) return Placement{};
   const std::string key = HostKey(s.rec.info().session_id(), host);
   auto h = opts_.fabric->Host(key);
-  if (!h.ok()) {
-    h = opts_.fabric->AddHost(key);
-    if (!h.ok()) return Unavailable("host " + host + ": making its network namespace: " + h.status().message());
-    // The drill's inter-host links (cluster.inter_host_gbps): every run's,
-    // the baseline's too. A host is the same machine whichever run is on it.
-    if (const double gbps = s.scenario->cluster().inter_host_gbps(); gbps > 0)
-      if (Status st = opts_.fabric->ShapeHost(key, gbps); !st.ok())
-        return Unavailable("host " + host + ": shaping its link: " + st.message());
-  }
+  if (!h.ok()) h = opts_.fabric->AddHost(key);
+  if (!h.ok()) return Unavailable("host " + host + ": making its network namespace: " + h.status().message());
   s.netns_hosts.insert(key);
+  // The drill's inter-host links (cluster.inter_host_gbps): every run's,
+  // the baseline's too. A host is the same machine whichever run is on it;
+  // one not shaped yet (new, or a shaping that failed before) is now.
+  if (const double gbps = s.scenario->cluster().inter_host_gbps(); gbps > 0 && h->ifb.empty())
+    if (Status st = opts_.fabric->ShapeHost(key, gbps); !st.ok())
+      return Unavailable("host " + host + ": " + st.message());
   return Placement{NetnsFabric::NetnsPath(h->netns), h->address, h->ifname};
 }
 

@@ -400,6 +400,15 @@ Check CheckScenario(const v1::Scenario& s) {
                                                 "): every host holds the same number of ranks"));
     if (!(c.inter_host_gbps() >= 0) || c.inter_host_gbps() > 100)
       return Fail("cluster.inter_host_gbps", Str("must be in [0, 100] GB/s (0: not shaped), got ", c.inter_host_gbps()));
+    // The launcher counts what is left of a job by ranks (one to a host so
+    // far): a host of several that goes down is not yet a shrink it knows.
+    if (per_host > 1 && s.job().elastic().max_restarts() > 0)
+      return Fail("cluster.ranks_per_host", "does not combine with job.elastic.max_restarts > 0 yet: the launcher "
+                                            "restarts a job one rank to a host");
+    for (const auto& f : s.faults())
+      if (per_host > 1 && f.kind() == "rank_crash")
+        return Fail("cluster.ranks_per_host", "does not combine with a rank_crash fault yet: the launcher counts "
+                                              "the hosts left one rank to a host");
   }
   for (int i = 0; i < s.faults_size(); ++i) FD_CHECK(CheckFault(s, i));
   // A fault whose harm verification cannot measure would let an unfixed

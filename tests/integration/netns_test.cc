@@ -294,6 +294,7 @@ TEST_F(NetnsTest, ShapedHostsTalkToEachOtherAtTheCapAndFreelyInside) {
   ASSERT_TRUE(a.ok() && b.ok());
   const double cap = 20e6;  // 20 MB/s
   Status sa = (*fabric)->ShapeHost("node-0", cap / 1e9), sb = (*fabric)->ShapeHost("node-1", cap / 1e9);
+  if (!sa.ok() && sa.message().find("ifb") != std::string::npos) GTEST_SKIP() << sa.message();
   ASSERT_TRUE(sa.ok()) << sa.message();
   ASSERT_TRUE(sb.ok()) << sb.message();
   EXPECT_TRUE((*fabric)->ShapeHost("node-0", cap / 1e9).ok()) << "shaping again replaces the rate";

@@ -810,6 +810,34 @@ TEST(AutopilotLayout, TensorParallelismAModelDoesNotNeedGoesBackToDataParallelis
   for (const auto& f : ReasonAll(LayoutStatus(job, 0.45, 0, 45))) EXPECT_NE(f.cause, "parallel-layout");
 }
 
+TEST(AutopilotLayout, TensorParallelGroupsAcrossHostsGetTheOrderThatKeepsThemInside) {
+  // four-nodes: DP2 x TP2 x PP2, two ranks to a host, the order dp-tp-pp
+  // (tensor-parallel partners 0 and 2, on different hosts).
+  v1::JobSpec job = GptJob(8, 4, 128, 64, 4, 12);
+  job.mutable_parallel()->set_tp(2);
+  job.mutable_parallel()->set_pp(2);
+  job.mutable_parallel()->set_order("dp-tp-pp");
+  job.set_grad_accum_steps(2);
+  v1::SessionStatus st = LayoutStatus(job, 0.6, 0.35, 30);
+  st.mutable_baseline()->set_pp_bubble_fraction(0.33);  // two micro-batches through two stages, as before
+  for (auto& r : *st.mutable_ranks()) r.set_host("node-" + std::to_string(r.rank() / 2));
+  auto found = ReasonAll(st);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].cause, "parallel-layout") << found[0].evidence;
+  EXPECT_EQ(Setting(found[0], "parallel.order"), "tp-dp-pp");
+  EXPECT_NE(found[0].evidence.find("span hosts"), std::string::npos) << found[0].evidence;
+  // One rank to a host: every group crosses hosts whatever the order, and
+  // no order is the fix.
+  for (auto& r : *st.mutable_ranks()) r.set_host("node-" + std::to_string(r.rank()));
+  for (const auto& f : ReasonAll(st)) EXPECT_NE(Setting(f, "parallel.order"), "tp-dp-pp");
+  // Partners already on one host: nothing for the order to fix.
+  job.mutable_parallel()->set_order("tp-dp-pp");
+  st = LayoutStatus(job, 0.6, 0.35, 30);
+  st.mutable_baseline()->set_pp_bubble_fraction(0.33);
+  for (auto& r : *st.mutable_ranks()) r.set_host("node-" + std::to_string(r.rank() / 2));
+  for (const auto& f : ReasonAll(st)) EXPECT_NE(Setting(f, "parallel.order"), "tp-dp-pp");
+}
+
 TEST(AutopilotMemory, ActivationsOfARaisedBatchAreSplitIntoMicroBatchesWhereTheOwnersAllowIt) {
   // new-recipe: 32 sequences a rank on 24 MiB; plan: 50.8 MiB, 17.7 at 8.
   const v1::JobSpec job = GptJob(4, 2, 128, 64, 32, 24);
