@@ -291,7 +291,12 @@ std::set<int> CulpritRanks(const v1::SessionRecord& record) {
 bool MatchesRemediation(const v1::Scenario& scenario, const v1::SessionRecord& record,
                         const v1::ApplyFixRequest& fix) {
   const std::vector<v1::ResolvedFault> faults(record.faults().begin(), record.faults().end());
-  const std::set<int> replaced(fix.replace_host_ranks().begin(), fix.replace_host_ranks().end());
+  // A host is replaced whole, whichever of its ranks named it: compared by
+  // hosts (ranks_per_host consecutive ranks each, which move together).
+  const int per_host = std::max(1, scenario.cluster().ranks_per_host());
+  auto host_of = [&](int rank) { return rank / per_host; };
+  std::set<int> replaced;
+  for (int r : fix.replace_host_ranks()) replaced.insert(host_of(r));
   const bool empty = replaced.empty() && fix.settings().empty();
   for (const auto& rem : scenario.remediations()) {
     if (rem.actions_size() == 0) continue;
@@ -302,8 +307,8 @@ bool MatchesRemediation(const v1::Scenario& scenario, const v1::SessionRecord& r
     for (const auto& a : rem.actions()) {
       if (a.has_replace_host()) {
         auto rank = faults::ResolveRankRef(a.replace_host(), faults);
-        all = all && rank.ok() && replaced.count(*rank);
-        if (rank.ok()) hosts.insert(*rank);
+        all = all && rank.ok() && replaced.count(host_of(*rank));
+        if (rank.ok()) hosts.insert(host_of(*rank));
       } else if (a.has_set()) {
         bool found = false;
         for (int i = 0; i < fix.settings_size(); ++i) {

@@ -312,11 +312,20 @@ Status SessionManager::SealAnswer(Session& s) {
   for (const auto& k : faults::AnswerKey(sc)) {
     v1::Finding* f = s.rec.add_answer_findings();
     f->set_cause(k.cause());
+    std::set<int> culprits;
     for (const auto& ref : k.culprit_ranks()) {
       auto r = faults::ResolveRankRef(ref, *faults);
       if (!r.ok()) return r.status();
-      f->add_culprit_ranks(*r);
+      culprits.insert(*r);
+      // A host-level fault acts on every rank of its host: with several
+      // ranks to a host (cluster.ranks_per_host), each is a culprit.
+      const bool on_host = std::any_of(faults->begin(), faults->end(), [&](const v1::ResolvedFault& x) {
+        return !x.host().empty() && *r >= 0 && *r < static_cast<int>(hosts.size()) && x.host() == hosts[*r];
+      });
+      for (int q = 0; on_host && q < static_cast<int>(hosts.size()); ++q)
+        if (hosts[q] == hosts[*r]) culprits.insert(q);
     }
+    for (int r : culprits) f->add_culprit_ranks(r);
   }
   s.rec.set_answer_cause(s.rec.answer_findings(0).cause());
   *s.rec.mutable_answer_culprit_ranks() = s.rec.answer_findings(0).culprit_ranks();

@@ -79,6 +79,7 @@ const std::vector<Case> kCases = {
     {"launcher-v2", 127, {"pipeline-bubble"}},
     {"platform-defaults", 129, {"parallel-layout"}},
     {"four-nodes", 131, {"parallel-layout"}},
+    {"hot-aisle", 133, {"straggler"}},
 };
 
 class ScenarioTest : public ControllerTest {
