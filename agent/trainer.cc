@@ -35,6 +35,7 @@
 #include "agent/train_state.h"
 #include "agent/zero.h"
 #include "common/rng.h"
+#include "common/stats.h"
 #include "faults/cpu_quota.h"
 #include "faults/runner.h"
 #include "faults/seams.h"
@@ -329,6 +330,16 @@ struct Trainer::Impl {
   // batch again, without gradients, each named point's magnitudes (a
   // forward hook, as Hugging Face's DebugUnderflowOverflow has).
   Status Activations(const DataLoader& loader, v1::ProbeReport* out);
+  // `probe scaling`: this rank's last batch trained again (forward,
+  // backward, no optimiser step) by the first 1, 2, 4, ... and then all
+  // ranks in turn, each size's ranks all-reducing their gradients in one
+  // buffer over a group of their own while the rest wait at the probe
+  // group's barrier: the single-device rate and what each more rank adds.
+  // The gradients are taken with autograd::grad, never accumulated into the
+  // parameters' .grad (the reducer's hooks stay out of it), and the weights
+  // do not move: training goes on where it paused.
+  Status Scaling(comm::ProcessGroup& group, const DataLoader& loader, const v1::ProbeSpec& spec, int64_t steps,
+                 v1::ProbeReport* out);
   // The whole model in one digest: SHA-256 over the per-tensor SHA-256s
   // (hex, in the model's order). Empty if OpenSSL failed.
   std::string ParamsDigest();
@@ -1225,6 +1236,7 @@ void Trainer::Impl::RunProbes(comm::ProcessGroup& pg, const DataLoader& loader, 
     opts.probes->Report(started);
     if (req->spec().op() == "checksum") return Checksums(&report);
     if (req->spec().op() == "activations") return Activations(loader, &report);
+    if (req->spec().op() == "scaling") return Scaling(**group, loader, req->spec(), steps, &report);
     return RunProbe(**group, req->spec(), steps, &report, &stop);
   }();
   if (!st.ok()) {
@@ -1232,6 +1244,7 @@ void Trainer::Impl::RunProbes(comm::ProcessGroup& pg, const DataLoader& loader, 
     report.clear_pairs();
     report.clear_checksums();
     report.clear_activations();
+    report.clear_scaling();
     report.set_error(who() + " after step " + std::to_string(steps) + ": " + st.message());
   }
   spdlog::info("rank {}: probe {} after step {} took {:.0f} ms{}", rank, req ? req->spec().op() : "?", steps,
@@ -1314,6 +1327,64 @@ Status Trainer::Impl::Activations(const DataLoader& loader, v1::ProbeReport* out
   auto loss = model->Loss(*batch);
   if (!loss.ok()) return loss.status();
   return Status::Ok();
+}
+
+Status Trainer::Impl::Scaling(comm::ProcessGroup& group, const DataLoader& loader, const v1::ProbeSpec& spec,
+                              int64_t steps, v1::ProbeReport* out) {
+  if (mesh)
+    return FailedPrecondition("probe scaling measures data parallelism of the whole model on 1, 2, 4, ... ranks; "
+                              "this job splits the model over its ranks (job.parallel)");
+  const int64_t last = loader.Cursor().next_batch - 1;
+  if (last < 0) return FailedPrecondition("no batch trained on yet");
+  auto batch = loader.Remake(last);
+  if (!batch.ok()) return batch.status();
+  std::vector<int> sizes;
+  for (int n = 1; n < world; n *= 2) sizes.push_back(n);
+  sizes.push_back(world);
+  const double flops = batch->tokens > 0
+                           ? static_cast<double>(batch->tokens) * model->TrainFlopsPerToken(batch->x.size(1))
+                           : static_cast<double>(batch->rows()) * model->TrainFlopsPerToken(0);
+  std::lock_guard<std::mutex> lock(param_mu);
+  std::vector<at::Tensor> params;
+  for (const auto& p : model->parameters())
+    if (p.requires_grad()) params.push_back(p);
+  for (int n : sizes) {
+    FD_RETURN_IF_ERROR(group.Barrier(steps));  // each size starts together, after the last
+    if (rank >= n) continue;                   // idle: waits at the next barrier
+    std::unique_ptr<comm::ProcessGroup> sub;
+    if (n > 1) {
+      std::vector<int> members;
+      for (int r = 0; r < n; ++r) members.push_back(r);
+      auto g = group.NewSubgroup("scaling-" + std::to_string(probe_rounds) + "-" + std::to_string(n), members,
+                                 std::chrono::seconds(20));
+      if (!g.ok()) return g.status();
+      sub = std::move(*g);
+    }
+    std::vector<double> step_ms, comm_ms;
+    for (int i = 0; i < spec.warmup_iters() + spec.iters(); ++i) {
+      const auto t0 = Clock::now();
+      auto loss = model->Loss(*batch);
+      if (!loss.ok()) return loss.status();
+      std::vector<at::Tensor> grads = torch::autograd::grad({*loss}, params, {}, false, false, true);
+      std::vector<at::Tensor> flat;
+      for (size_t k = 0; k < grads.size(); ++k)
+        flat.push_back(grads[k].defined() ? grads[k].reshape({-1}) : at::zeros({params[k].numel()}, at::kFloat));
+      at::Tensor buffer = at::cat(flat);
+      const auto t1 = Clock::now();
+      if (sub) FD_RETURN_IF_ERROR(sub->AllReduceSum(buffer, steps));
+      const auto t2 = Clock::now();
+      if (i < spec.warmup_iters()) continue;
+      step_ms.push_back(MsSince(t0, t2));
+      comm_ms.push_back(MsSince(t1, t2));
+    }
+    v1::ScalingRow* row = out->add_scaling();
+    row->set_ranks(n);
+    row->set_step_ms(Median(step_ms));
+    row->set_comm_ms(Median(comm_ms));
+    row->set_samples_per_step(batch->rows());
+    row->set_mfu(peak_flops > 0 && row->step_ms() > 0 ? flops * 1000.0 / row->step_ms() / peak_flops : 0);
+  }
+  return group.Barrier(steps);
 }
 
 std::string Trainer::Impl::ParamsDigest() {

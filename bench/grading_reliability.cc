@@ -97,7 +97,11 @@ v1::ApplyFixRequest WrongFix(const v1::Scenario& sc, int culprit) {
   else if (id == "rack-failure") set("grad_accum_steps", "2"), set("data.batch_size", "16");  // accumulated, still 64 a step
   else if (id == "board-failure")
     set("optim.zero_stage", "0");  // replicate the state: the checkpoint is still sharded
-  else f.add_replace_host_ranks(culprit >= 0 ? (culprit + 1) % world : 0);     // a healthy host
+  else {
+    // A healthy host: the next one, past the culprit's host-mates.
+    const int per_host = std::max(1, sc.cluster().ranks_per_host());
+    f.add_replace_host_ranks(culprit >= 0 ? (culprit / per_host * per_host + per_host) % world : 0);
+  }
   return f;
 }
 

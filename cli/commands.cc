@@ -358,10 +358,12 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
           "allreduce | allgather | reducescatter | p2p | checksum (every parameter's hash on every rank) | "
           "resume (a save and resume from a checkpoint against the same steps straight, bitwise) | "
           "activations (each layer's output magnitudes on the last batch, forward only) | "
+          "scaling (the job's model trained on 1, 2, 4, ... of its ranks in turn: one device's rate, MFU "
+          "and what each more rank adds) | "
           "memory (each rank's measured breakdown beside the memory model's prediction; no run)")
       ->required()
-      ->check(CLI::IsMember(
-          {"allreduce", "allgather", "reducescatter", "p2p", "checksum", "resume", "activations", "memory"}));
+      ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "p2p", "checksum", "resume", "activations",
+                             "scaling", "memory"}));
   probe->add_option("-b,--min", probe_min, "smallest size (default 8; p2p: --max)");
   probe->add_option("-e,--max", probe_max, "largest size (default 16M; p2p: the message size, default 4M)");
   probe->add_option("-f,--factor", probe_factor, "size multiplier between rows (default 2)");

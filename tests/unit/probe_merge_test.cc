@@ -2,6 +2,8 @@
 // nccl-tests bus-bandwidth factors, and merging the ranks' reports.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "controller/probe_merge.h"
 
 namespace firedrill::controller {
@@ -180,6 +182,47 @@ TEST(ProbeActivations, TakesNoSizesAndMergesEachPointOverRanks) {
   EXPECT_EQ(m->activations(1).ranks_nonfinite(), 1);
   reports[1].mutable_activations(1)->set_name("layers.1.linear");
   EXPECT_NE(MergeProbeReports(*spec, 2, reports).status().message().find("rank 1 ran other points"),
+            std::string::npos);
+}
+
+TEST(ProbeScaling, TheSlowestParticipantSetsEachSizesRateAgainstOneRanks) {
+  auto spec = NormalizeProbeSpec(Op("scaling"));
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->iters(), 10);
+  EXPECT_EQ(spec->warmup_iters(), 2);
+  v1::ProbeSpec sized = Op("scaling");
+  sized.set_max_bytes(1024);
+  EXPECT_NE(NormalizeProbeSpec(sized).status().message().find("takes no sizes"), std::string::npos);
+  // World 4: 1 rank at 10 ms, 2 at 12 and 13, 4 at 20-25 ms; 8 samples a rank.
+  std::vector<v1::ProbeReport> reports(4);
+  const std::map<int, std::vector<double>> ms = {{1, {10}}, {2, {12, 13}}, {4, {20, 25, 21, 22}}};
+  for (int r = 0; r < 4; ++r) {
+    reports[r].set_rank(r);
+    for (const auto& [n, times] : ms) {
+      if (r >= n) continue;
+      auto* row = reports[r].add_scaling();
+      row->set_ranks(n);
+      row->set_step_ms(times[r]);
+      row->set_comm_ms(n > 1 ? times[r] - 9 : 0);
+      row->set_samples_per_step(8);
+      row->set_mfu(0.1 * 10 / times[r]);
+    }
+  }
+  auto m = MergeProbeReports(*spec, 4, reports);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(m->scaling_size(), 3);
+  EXPECT_EQ(m->scaling(0).ranks(), 1);
+  EXPECT_DOUBLE_EQ(m->scaling(0).samples_per_s(), 800);
+  EXPECT_DOUBLE_EQ(m->scaling(0).efficiency(), 1);
+  EXPECT_DOUBLE_EQ(m->scaling(1).step_ms(), 13) << "the slowest of the two";
+  EXPECT_DOUBLE_EQ(m->scaling(1).samples_per_s(), 2 * 8 * 1000.0 / 13);
+  EXPECT_NEAR(m->scaling(1).efficiency(), 10.0 / 13, 1e-12);
+  EXPECT_DOUBLE_EQ(m->scaling(2).step_ms(), 25);
+  EXPECT_DOUBLE_EQ(m->scaling(2).comm_ms(), 16);
+  EXPECT_NEAR(m->scaling(2).efficiency(), 10.0 / 25, 1e-12);
+  // A size with a participant missing is an error, not a rate.
+  reports[3].clear_scaling();
+  EXPECT_NE(MergeProbeReports(*spec, 4, reports).status().message().find("3 rank(s) reported the 4-rank step"),
             std::string::npos);
 }
 
