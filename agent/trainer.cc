@@ -6,6 +6,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <spdlog/spdlog.h>
+#include <sched.h>
 #include <time.h>
 #include <torch/torch.h>
 
@@ -301,6 +302,7 @@ struct Trainer::Impl {
   int64_t num_params = 0;
   int64_t param_bytes = 0;
   double peak_flops = 0;  // MFU's denominator, measured once per process
+  int cpus = 0;           // CPUs this process may run on (sched_getaffinity), once per process
   std::unique_ptr<Reducer> reducer;
   std::unique_ptr<Optimizer> optim;
   ZeroOptimizer* zero = nullptr;  // optim, when it partitions its state (optim.zero_stage 1)
@@ -452,6 +454,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
   // Measured before any budget applies (the probe's own GEMMs must never be
   // what runs out of simulated memory).
   if (opts.telemetry) impl->peak_flops = PeakMatmulFlops(impl->threads);
+  {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    impl->cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  }
   // Counted from here on: the model's parameters are the first allocations.
   InstallTrackingAllocator();
   // Every run sets it, none or not: an agent process runs one job after
@@ -1166,6 +1173,8 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
           report.set_pp_send_bytes(pp_send_bytes);
           report.set_pp_bubble_fraction(bubble);
         }
+        report.set_cpus(cpus);
+        report.set_compute_threads(threads);
         const SchedTimes sched1 = ThreadSchedTimes();
         report.set_thread_cpu_ns(sched1.cpu_ns - sched0.cpu_ns);
         report.set_thread_wait_ns(sched1.wait_ns - sched0.wait_ns);

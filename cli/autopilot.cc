@@ -331,6 +331,36 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     return out;
   }
 
+  // 1b'. More compute threads on a host than CPUs its processes may run
+  // on: each rank's intra-op pool as wide as the node, several ranks to the
+  // node. Their threads wait for cores the others hold, and a rank more
+  // adds nothing.
+  {
+    std::map<std::string, std::pair<int, int>> on_host;  // host -> (compute threads, CPUs)
+    std::map<std::string, int> ranks_on;
+    for (const auto* r : live) {
+      auto& h = on_host[r->host()];
+      h.first += std::max(1, r->compute_threads());
+      h.second = std::max(h.second, r->cpus());
+      ++ranks_on[r->host()];
+    }
+    for (const auto& [host, h] : on_host) {
+      if (h.second <= 0 || h.first <= h.second || job.threads_per_rank() <= 1 || VsBaseline(st) >= 0.85) continue;
+      const int per_rank = std::max(1, h.second / ranks_on[host]);
+      if (per_rank >= job.threads_per_rank()) continue;
+      f.found = true;
+      f.cause = "device-oversubscription";
+      f.evidence = context + host + " runs " + std::to_string(ranks_on[host]) + " ranks of " +
+                   std::to_string(job.threads_per_rank()) + " compute threads each (threads_per_rank) on " +
+                   std::to_string(h.second) + " CPUs, at " + Num(VsBaseline(st), 2) +
+                   "x the healthy baseline's throughput: " + std::to_string(h.first) +
+                   " threads take turns on the cores, and every parallel region waits for the slowest. One "
+                   "compute stream per core: " + std::to_string(per_rank) + " thread(s) a rank.";
+      Set(&f.fix, "threads_per_rank", std::to_string(per_rank));
+      out.push_back(f);
+      return out;
+    }
+  }
   // 1c. A model-parallel layout that wastes the ranks. The job is slower
   // than its baseline, and the time goes where the layout puts it: a
   // pipeline's stages idle in its bubble, or tensor-parallel all-reduces

@@ -67,6 +67,8 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
     out->set_pp_bubble_fraction(bubble / k);
   }
   out->set_peak_flops_per_s(last.peak_flops_per_s());
+  out->set_cpus(last.cpus());
+  out->set_compute_threads(last.compute_threads());
   // Model FLOPs utilisation: useful model FLOPs per second over the rank's
   // measured peak matmul rate.
   out->set_mfu(last.peak_flops_per_s() > 0 ? flops / k / last.peak_flops_per_s() : 0.0);

@@ -133,6 +133,9 @@ const std::vector<CauseInfo>& CauseTaxonomy() {
       {"checkpoint-cadence", "state", "checkpoints come far too often for what one costs, or far too rarely for how often hosts fail"},
       {"padding-waste", "input pipeline", "most of each batch is padding: compute spent on tokens that are not data"},
       {"out-of-memory", "memory", "the job needs more device memory than the device has"},
+      {"device-oversubscription", "compute",
+       "more compute streams than devices: ranks (or their threads) share a device or cores and wait for each "
+       "other, so adding one adds nothing"},
       {"pipeline-bubble", "compute",
        "a pipeline's stages idle most of each step: too few micro-batches to fill the pipeline"},
       {"parallel-layout", "communication",

@@ -80,6 +80,7 @@ const std::vector<Case> kCases = {
     {"platform-defaults", 129, {"parallel-layout"}},
     {"four-nodes", 131, {"parallel-layout"}},
     {"hot-aisle", 133, {"straggler"}},
+    {"new-base-image", 135, {"device-oversubscription"}},
 };
 
 class ScenarioTest : public ControllerTest {
