@@ -336,6 +336,7 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
   // node. Their threads wait for cores the others hold, and a rank more
   // adds nothing.
   {
+    AutopilotFinding of;
     std::map<std::string, std::pair<int, int>> on_host;  // host -> (compute threads, CPUs)
     std::map<std::string, int> ranks_on;
     for (const auto* r : live) {
@@ -348,16 +349,16 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
       if (h.second <= 0 || h.first <= h.second || job.threads_per_rank() <= 1 || VsBaseline(st) >= 0.85) continue;
       const int per_rank = std::max(1, h.second / ranks_on[host]);
       if (per_rank >= job.threads_per_rank()) continue;
-      f.found = true;
-      f.cause = "device-oversubscription";
-      f.evidence = context + host + " runs " + std::to_string(ranks_on[host]) + " ranks of " +
+      of.found = true;
+      of.cause = "device-oversubscription";
+      of.evidence = context + host + " runs " + std::to_string(ranks_on[host]) + " ranks of " +
                    std::to_string(job.threads_per_rank()) + " compute threads each (threads_per_rank) on " +
                    std::to_string(h.second) + " CPUs, at " + Num(VsBaseline(st), 2) +
                    "x the healthy baseline's throughput: " + std::to_string(h.first) +
                    " threads take turns on the cores, and every parallel region waits for the slowest. One "
                    "compute stream per core: " + std::to_string(per_rank) + " thread(s) a rank.";
-      Set(&f.fix, "threads_per_rank", std::to_string(per_rank));
-      out.push_back(f);
+      Set(&of.fix, "threads_per_rank", std::to_string(per_rank));
+      out.push_back(of);
       return out;
     }
   }

@@ -838,6 +838,27 @@ TEST(AutopilotLayout, TensorParallelGroupsAcrossHostsGetTheOrderThatKeepsThemIns
   for (const auto& f : ReasonAll(st)) EXPECT_NE(Setting(f, "parallel.order"), "tp-dp-pp");
 }
 
+TEST(AutopilotThreads, MoreComputeThreadsThanAHostsCpusIsOneStreamPerCore) {
+  // new-base-image: two ranks on one 2-CPU node, two compute threads each.
+  v1::JobSpec job = GptJob(2, 4, 128, 64, 8, 0);
+  job.set_threads_per_rank(2);
+  v1::SessionStatus st = LayoutStatus(job, 0.6, 0, 0);
+  for (auto& r : *st.mutable_ranks()) {
+    r.clear_mesh();
+    r.set_host("node-0");
+    r.set_cpus(2);
+    r.set_compute_threads(2);
+  }
+  auto found = ReasonAll(st);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].cause, "device-oversubscription") << found[0].evidence;
+  EXPECT_EQ(Setting(found[0], "threads_per_rank"), "1");
+  EXPECT_NE(found[0].evidence.find("4 threads take turns"), std::string::npos) << found[0].evidence;
+  // A rank to a host: two threads on two CPUs is the node's own.
+  st.mutable_ranks(1)->set_host("node-1");
+  for (const auto& f : ReasonAll(st)) EXPECT_NE(f.cause, "device-oversubscription");
+}
+
 TEST(AutopilotMemory, ActivationsOfARaisedBatchAreSplitIntoMicroBatchesWhereTheOwnersAllowIt) {
   // new-recipe: 32 sequences a rank on 24 MiB; plan: 50.8 MiB, 17.7 at 8.
   const v1::JobSpec job = GptJob(4, 2, 128, 64, 32, 24);
