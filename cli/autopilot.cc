@@ -630,6 +630,19 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     f.cause = "straggler";
     f.ranks = {slow};
     f.evidence = context + why;
+    // A machine of several ranks computes slower as a whole: its other
+    // ranks as slow as this one are the same culprit.
+    std::string slow_host;
+    for (const auto* r : live)
+      if (r->rank() == slow) slow_host = r->host();
+    const double med_busy = Median(busy);
+    for (const auto* r : live) {
+      if (r->rank() == slow || r->host() != slow_host || analysis::RankBusyMs(*r) < 1.3 * med_busy) continue;
+      f.ranks.push_back(r->rank());
+      f.evidence += " Rank " + std::to_string(r->rank()) + ", on the same host (" + slow_host + "), is " +
+                    Num(analysis::RankBusyMs(*r) / med_busy, 2) + "x the median busy time too.";
+    }
+    std::sort(f.ranks.begin(), f.ranks.end());
     f.fix.add_replace_host_ranks(slow);
     out.push_back(f);
   }

@@ -18,7 +18,7 @@ using ::firedrill::Median;
 // A rank's busy time in a step: everything but waiting for peers in the
 // gradient all-reduce. In synchronous data parallel every rank's step time
 // equals the slowest rank's, so busy time is what tells ranks apart.
-inline double BusyMs(const v1::StepReport& s) { return s.step_ms() - s.comm_ms(); }
+inline double BusyMs(const v1::StepReport& s) { return s.step_ms() - s.comm_ms() - s.pp_wait_ms(); }
 
 // The fault's onset as step `s` of the faulty run shows it: the step's start
 // (ms since the epoch) when it is at or past the earliest trigger step of
