@@ -353,6 +353,26 @@ TEST(Autopilot, OneSlowComputeRankIsAStraggler) {
   EXPECT_EQ(f.fix.replace_host_ranks(0), 3);
 }
 
+// A machine of two ranks computing at half speed (hot-aisle): both of its
+// ranks are the straggler, and replacing the machine is one host.
+TEST(Autopilot, ASlowMachineOfTwoRanksIsOneStragglerNamingBoth) {
+  auto st = Job(0.2, 3, 6, 12);
+  for (int r = 0; r < 4; ++r) st.mutable_ranks(r)->set_host(r < 2 ? "node-0" : "node-1");
+  for (int r : {2, 3}) {
+    st.mutable_ranks(r)->set_forward_ms(9);
+    st.mutable_ranks(r)->set_backward_ms(18);
+    st.mutable_ranks(r)->set_comm_ms(0.5);
+    st.mutable_ranks(r)->set_step_ms(28.2);
+  }
+  for (int r : {0, 1}) st.mutable_ranks(r)->set_comm_ms(19);
+  for (int r : {0, 1}) st.mutable_ranks(r)->set_step_ms(28.7);
+  const auto f = Reason(st);
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.cause, "straggler") << f.evidence;
+  EXPECT_EQ(f.ranks, (std::vector<int>{2, 3})) << f.evidence;
+  ASSERT_GE(f.fix.replace_host_ranks_size(), 1);
+}
+
 // What night-restart seed 107 showed in CI: a host lost, the others failed
 // at their next all-reduce, the launcher restarting the job. The failed
 // ranks' last window (one rank 1.46x busy) is of a run that is over.
