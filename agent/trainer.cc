@@ -5,8 +5,8 @@
 #include "agent/trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <spdlog/spdlog.h>
 #include <sched.h>
+#include <spdlog/spdlog.h>
 #include <time.h>
 #include <torch/torch.h>
 
@@ -340,8 +340,8 @@ struct Trainer::Impl {
   // The gradients are taken with autograd::grad, never accumulated into the
   // parameters' .grad (the reducer's hooks stay out of it), and the weights
   // do not move: training goes on where it paused.
-  Status Scaling(comm::ProcessGroup& group, const DataLoader& loader, const v1::ProbeSpec& spec, int64_t steps,
-                 v1::ProbeReport* out);
+  Status Scaling(comm::ProcessGroup& group, const DataLoader& loader, const v1::ProbeSpec& spec,
+                 int64_t steps, v1::ProbeReport* out);
   // The whole model in one digest: SHA-256 over the per-tensor SHA-256s
   // (hex, in the model's order). Empty if OpenSSL failed.
   std::string ParamsDigest();
@@ -1341,8 +1341,9 @@ Status Trainer::Impl::Activations(const DataLoader& loader, v1::ProbeReport* out
 Status Trainer::Impl::Scaling(comm::ProcessGroup& group, const DataLoader& loader, const v1::ProbeSpec& spec,
                               int64_t steps, v1::ProbeReport* out) {
   if (mesh)
-    return FailedPrecondition("probe scaling measures data parallelism of the whole model on 1, 2, 4, ... ranks; "
-                              "this job splits the model over its ranks (job.parallel)");
+    return FailedPrecondition(
+        "probe scaling measures data parallelism of the whole model on 1, 2, 4, ... ranks; "
+        "this job splits the model over its ranks (job.parallel)");
   const int64_t last = loader.Cursor().next_batch - 1;
   if (last < 0) return FailedPrecondition("no batch trained on yet");
   auto batch = loader.Remake(last);
@@ -1377,7 +1378,8 @@ Status Trainer::Impl::Scaling(comm::ProcessGroup& group, const DataLoader& loade
       std::vector<at::Tensor> grads = torch::autograd::grad({*loss}, params, {}, false, false, true);
       std::vector<at::Tensor> flat;
       for (size_t k = 0; k < grads.size(); ++k)
-        flat.push_back(grads[k].defined() ? grads[k].reshape({-1}) : at::zeros({params[k].numel()}, at::kFloat));
+        flat.push_back(grads[k].defined() ? grads[k].reshape({-1})
+                                          : at::zeros({params[k].numel()}, at::kFloat));
       at::Tensor buffer = at::cat(flat);
       const auto t1 = Clock::now();
       if (sub) FD_RETURN_IF_ERROR(sub->AllReduceSum(buffer, steps));

@@ -97,7 +97,12 @@ void ZeroOptimizer::Place(const at::Tensor& src, int64_t begin, int64_t end) {
   for (size_t k = 0; k < params_.size() && offset < stop; ++k) {
     const int64_t n = params_[k].numel();
     const int64_t lo = std::max(begin, offset), hi = std::min(stop, offset + n);
-    if (lo < hi) params_[k].detach().view({-1}).narrow(0, lo - offset, hi - lo).copy_(src.narrow(0, lo - begin, hi - lo));
+    if (lo < hi)
+      params_[k]
+          .detach()
+          .view({-1})
+          .narrow(0, lo - offset, hi - lo)
+          .copy_(src.narrow(0, lo - begin, hi - lo));
     offset += n;
   }
 }
@@ -118,9 +123,11 @@ Status ZeroOptimizer::Gather(comm::ProcessGroup& pg, int64_t step) {
     const int64_t len = std::min(slice, layout_.chunk - from);
     at::Tensor out = send.narrow(0, 0, len), in = all.narrow(0, 0, len * layout_.world);
     out.zero_();
-    if (from < mine) out.narrow(0, 0, std::min(len, mine - from)).copy_(own_.narrow(0, from, std::min(len, mine - from)));
+    if (from < mine)
+      out.narrow(0, 0, std::min(len, mine - from)).copy_(own_.narrow(0, from, std::min(len, mine - from)));
     FD_RETURN_IF_ERROR(pg.AllGather(out, in, step));
-    for (int r = 0; r < layout_.world; ++r) Place(in.narrow(0, r * len, len), layout_.Begin(r) + from, layout_.End(r));
+    for (int r = 0; r < layout_.world; ++r)
+      Place(in.narrow(0, r * len, len), layout_.Begin(r) + from, layout_.End(r));
   }
   return Status::Ok();
 }

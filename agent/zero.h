@@ -104,7 +104,7 @@ class ZeroOptimizer final : public Optimizer {
   std::vector<at::Tensor> params_;
   ZeroLayout layout_;
   int rank_ = 0;
-  at::Tensor own_;       // this rank's chunk of the parameters, with .grad its gradients
+  at::Tensor own_;  // this rank's chunk of the parameters, with .grad its gradients
   std::unique_ptr<Optimizer> inner_;
 };
 

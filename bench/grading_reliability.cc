@@ -86,12 +86,18 @@ v1::ApplyFixRequest WrongFix(const v1::Scenario& sc, int culprit) {
   else if (id == "restart-loop" || id == "power-cut") f.add_replace_host_ranks(culprit);
   else if (id == "mig-slices") set("comm.bucket_mb", "1");  // smaller buckets: the activations stay
   // Recomputing activations where they are not what overflows the device.
-  else if (id == "new-recipe" || id == "adamw-migration") set("model.activation_checkpointing", "true");
-  else if (id == "deeper-model") set("optim.zero_stage", "1");  // the state partitioned: weights and gradients stay whole
-  else if (id == "launcher-v2") set("parallel.schedule", "gpipe");  // another schedule, the same one micro-batch
-  else if (id == "platform-defaults") set("comm.bucket_mb", "100");  // bigger gradient buckets: the TP all-reduces stay
-  else if (id == "four-nodes") set("parallel.order", "pp-tp-dp");  // pipeline partners adjacent: TP still crosses nodes
-  else if (id == "new-base-image") set("data.num_workers", "2");   // more loader workers: the compute threads stay two a rank
+  else if (id == "new-recipe" || id == "adamw-migration")
+    set("model.activation_checkpointing", "true");
+  else if (id == "deeper-model")
+    set("optim.zero_stage", "1");  // the state partitioned: weights and gradients stay whole
+  else if (id == "launcher-v2")
+    set("parallel.schedule", "gpipe");  // another schedule, the same one micro-batch
+  else if (id == "platform-defaults")
+    set("comm.bucket_mb", "100");  // bigger gradient buckets: the TP all-reduces stay
+  else if (id == "four-nodes")
+    set("parallel.order", "pp-tp-dp");  // pipeline partners adjacent: TP still crosses nodes
+  else if (id == "new-base-image")
+    set("data.num_workers", "2");  // more loader workers: the compute threads stay two a rank
   // All of the state loaded, from `latest`: written after the lossy restart.
   else if (id == "night-restart" || id == "data-audit") set("checkpoint.restore", "all");
   else if (id == "after-the-outage") set("checkpoint.every", "50");  // five times fewer writes, still far too many

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <functional>
-#include <chrono>
-#include <cstdlib>
-#include <cmath>
 #include <map>
 #include <thread>
 
@@ -19,8 +19,8 @@
 #include "cli/output.h"
 #include "cli/plan.h"
 #include "cli/probe.h"
-#include "parallel/mesh.h"
 #include "common/stats.h"
+#include "parallel/mesh.h"
 
 namespace firedrill::cli {
 
@@ -346,17 +346,19 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
       ++ranks_on[r->host()];
     }
     for (const auto& [host, h] : on_host) {
-      if (h.second <= 0 || h.first <= h.second || job.threads_per_rank() <= 1 || VsBaseline(st) >= 0.85) continue;
+      if (h.second <= 0 || h.first <= h.second || job.threads_per_rank() <= 1 || VsBaseline(st) >= 0.85)
+        continue;
       const int per_rank = std::max(1, h.second / ranks_on[host]);
       if (per_rank >= job.threads_per_rank()) continue;
       of.found = true;
       of.cause = "device-oversubscription";
       of.evidence = context + host + " runs " + std::to_string(ranks_on[host]) + " ranks of " +
-                   std::to_string(job.threads_per_rank()) + " compute threads each (threads_per_rank) on " +
-                   std::to_string(h.second) + " CPUs, at " + Num(VsBaseline(st), 2) +
-                   "x the healthy baseline's throughput: " + std::to_string(h.first) +
-                   " threads take turns on the cores, and every parallel region waits for the slowest. One "
-                   "compute stream per core: " + std::to_string(per_rank) + " thread(s) a rank.";
+                    std::to_string(job.threads_per_rank()) + " compute threads each (threads_per_rank) on " +
+                    std::to_string(h.second) + " CPUs, at " + Num(VsBaseline(st), 2) +
+                    "x the healthy baseline's throughput: " + std::to_string(h.first) +
+                    " threads take turns on the cores, and every parallel region waits for the slowest. One "
+                    "compute stream per core: " +
+                    std::to_string(per_rank) + " thread(s) a rank.";
       Set(&of.fix, "threads_per_rank", std::to_string(per_rank));
       out.push_back(of);
       return out;
@@ -392,7 +394,8 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     for (const auto* r : live) shares.push_back(r->tp_comm_ms() / r->step_ms());
     if (even && ranks_per_host > 1 && mesh.ok() && Median(shares) >= 0.2) {
       bool crosses = false;
-      for (const auto& g : mesh->Groups(parallel::Dim::kTp)) crosses = crosses || parallel::CrossesHosts(g, ranks_per_host);
+      for (const auto& g : mesh->Groups(parallel::Dim::kTp))
+        crosses = crosses || parallel::CrossesHosts(g, ranks_per_host);
       // The same order with tp innermost.
       std::string order = "tp";
       for (parallel::Dim d : mesh->order())
@@ -406,10 +409,11 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
         lf.cause = "parallel-layout";
         lf.evidence = context + "Tensor-parallel all-reduces take " + Pct(Median(shares)) +
                       " of every rank's step (TP_COMM over STEP_MS), at " + Num(vs_baseline, 2) +
-                      "x the healthy baseline's throughput, and with the mesh order " +
-                      mesh->order_text() + " on hosts of " + std::to_string(ranks_per_host) +
+                      "x the healthy baseline's throughput, and with the mesh order " + mesh->order_text() +
+                      " on hosts of " + std::to_string(ranks_per_host) +
                       " ranks tensor-parallel groups span hosts (`firedrill mesh`): each block's "
-                      "all-reduces cross the links between hosts. With " + order +
+                      "all-reduces cross the links between hosts. With " +
+                      order +
                       " each group's ranks are neighbours on one host; data-parallel and pipeline traffic, "
                       "once a step and once a micro-batch, cross instead.";
         Set(&lf.fix, "parallel.order", order);
@@ -429,13 +433,15 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     if (bubble >= 0.3 && bubble - before >= 0.15) {
       lf.found = true;
       lf.cause = "pipeline-bubble";
-      lf.evidence = context + "The ranks are a " + std::to_string(pp) + "-stage pipeline running " +
-                   std::to_string(micro_batches) + " micro-batch" + (micro_batches > 1 ? "es" : "") +
-                   " a step; each stage idles " + Pct(bubble) + " of the step (the median BUBBLE%), against (p-1)/(m+p-1) = " +
-                   Pct(formula) + " for p = " + std::to_string(pp) + ", m = " + std::to_string(micro_batches) +
-                   " (the healthy baseline's: " + Pct(before) + "), at " + Num(vs_baseline, 2) +
-                   "x the healthy baseline's throughput. More, smaller micro-batches for the same samples a step "
-                   "fill the pipeline.";
+      lf.evidence =
+          context + "The ranks are a " + std::to_string(pp) + "-stage pipeline running " +
+          std::to_string(micro_batches) + " micro-batch" + (micro_batches > 1 ? "es" : "") +
+          " a step; each stage idles " + Pct(bubble) +
+          " of the step (the median BUBBLE%), against (p-1)/(m+p-1) = " + Pct(formula) +
+          " for p = " + std::to_string(pp) + ", m = " + std::to_string(micro_batches) +
+          " (the healthy baseline's: " + Pct(before) + "), at " + Num(vs_baseline, 2) +
+          "x the healthy baseline's throughput. More, smaller micro-batches for the same samples a step "
+          "fill the pipeline.";
       // The smallest split of the micro-batch that brings the formula to
       // 15% or less.
       const int b = job.data().batch_size();
@@ -445,8 +451,8 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
         if (static_cast<double>(pp - 1) / (m + pp - 1) > 0.15 && k < b) continue;
         Set(&lf.fix, "data.batch_size", std::to_string(b / k));
         Set(&lf.fix, "grad_accum_steps", std::to_string(m));
-        lf.evidence += " Micro-batch " + std::to_string(b / k) + " x " + std::to_string(m) + ": a bubble of " +
-                      Pct(static_cast<double>(pp - 1) / (m + pp - 1)) + ".";
+        lf.evidence += " Micro-batch " + std::to_string(b / k) + " x " + std::to_string(m) +
+                       ": a bubble of " + Pct(static_cast<double>(pp - 1) / (m + pp - 1)) + ".";
         break;
       }
       out.push_back(lf);
@@ -466,8 +472,10 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
     auto shape = ShapeOfJob(job);
     if (tp_share >= 0.25 && (fewer || smaller) && shape.ok()) {
       parallel::Workload w = WorkloadOfJob(job);
-      if (fewer) w.micro_batches = micro_batches / tp;
-      else w.micro_batch = b / tp;
+      if (fewer)
+        w.micro_batches = micro_batches / tp;
+      else
+        w.micro_batch = b / tp;
       parallel::Strategy s;
       s.pp = pp;
       s.dp = std::max(1, job.world_size() / pp);
@@ -476,16 +484,19 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st) {
       if (plan.fits && (budget <= 0 || plan.worst.total() <= 0.85 * budget)) {
         lf.found = true;
         lf.cause = "parallel-layout";
-        lf.evidence = context + "Tensor-parallel all-reduces take " + Pct(tp_share) +
-                     " of every rank's step (the median TP_COMM over STEP_MS), at " + Num(vs_baseline, 2) +
-                     "x the healthy baseline's throughput: each block's two all-reduces forward and two backward "
-                     "move a [batch, sequence, hidden] activation, on a model whose blocks take less time than "
-                     "that. `firedrill plan` puts the whole model on each rank at " + Bytes(plan.worst.total()) +
-                     (budget > 0 ? " of the device's " + Bytes(budget) : std::string()) + " (" + s.Name() +
-                     "): data parallelism sends only the gradients, once a step.";
+        lf.evidence =
+            context + "Tensor-parallel all-reduces take " + Pct(tp_share) +
+            " of every rank's step (the median TP_COMM over STEP_MS), at " + Num(vs_baseline, 2) +
+            "x the healthy baseline's throughput: each block's two all-reduces forward and two backward "
+            "move a [batch, sequence, hidden] activation, on a model whose blocks take less time than "
+            "that. `firedrill plan` puts the whole model on each rank at " +
+            Bytes(plan.worst.total()) + (budget > 0 ? " of the device's " + Bytes(budget) : std::string()) +
+            " (" + s.Name() + "): data parallelism sends only the gradients, once a step.";
         Set(&lf.fix, "parallel.tp", "1");
-        if (fewer) Set(&lf.fix, "grad_accum_steps", std::to_string(micro_batches / tp));
-        else Set(&lf.fix, "data.batch_size", std::to_string(b / tp));
+        if (fewer)
+          Set(&lf.fix, "grad_accum_steps", std::to_string(micro_batches / tp));
+        else
+          Set(&lf.fix, "data.batch_size", std::to_string(b / tp));
         out.push_back(lf);
         return out;
       }

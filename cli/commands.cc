@@ -362,8 +362,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
           "and what each more rank adds) | "
           "memory (each rank's measured breakdown beside the memory model's prediction; no run)")
       ->required()
-      ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "p2p", "checksum", "resume", "activations",
-                             "scaling", "memory"}));
+      ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "p2p", "checksum", "resume",
+                             "activations", "scaling", "memory"}));
   probe->add_option("-b,--min", probe_min, "smallest size (default 8; p2p: --max)");
   probe->add_option("-e,--max", probe_max, "largest size (default 16M; p2p: the message size, default 4M)");
   probe->add_option("-f,--factor", probe_factor, "size multiplier between rows (default 2)");

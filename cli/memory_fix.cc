@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "common/format.h"
 #include "cli/plan.h"
+#include "common/format.h"
 #include "scenario/job_keys.h"
 
 namespace firedrill::cli {
@@ -26,7 +26,8 @@ struct Candidate {
 
 }  // namespace
 
-StatusOr<std::vector<MemoryRemedy>> MemoryRemedies(const v1::JobSpec& job, const std::vector<std::string>& may_change) {
+StatusOr<std::vector<MemoryRemedy>> MemoryRemedies(const v1::JobSpec& job,
+                                                   const std::vector<std::string>& may_change) {
   auto shape = ShapeOfJob(job);
   if (!shape.ok()) return shape.status();
   const parallel::GptShape& g = *shape;
@@ -108,7 +109,8 @@ StatusOr<std::vector<MemoryRemedy>> MemoryRemedies(const v1::JobSpec& job, const
   // (What the trainer's layouts need: fp32, no ZeRO, no checkpoints, the
   // micro-batch losses averaged and the gradients all-reduced once a step.)
   const bool layouts_ok = fp32 && now.zero_stage == 0 && job.checkpoint().every() <= 0 &&
-                          job.checkpoint().resume_from().empty() && job.optim().accumulation_loss() != "sum" &&
+                          job.checkpoint().resume_from().empty() &&
+                          job.optim().accumulation_loss() != "sum" &&
                           job.comm().accumulation_sync() != "every_micro_batch";
   if (layouts_ok) {
     for (const Strategy& s : parallel::CandidateStrategies(world, g)) {
@@ -155,15 +157,18 @@ AutopilotFinding PlanMemoryFix(const AutopilotFinding& oom, const v1::JobSpec& j
   auto remedies = MemoryRemedies(job, may_change);
   if (!remedies.ok() || remedies->empty()) return oom;
   const auto shape = ShapeOfJob(job);
-  const parallel::StrategyPlan as_is = parallel::PlanStrategy(*shape, WorkloadOfJob(job), [&] {
-    Strategy s;
-    s.tp = std::max(1, job.parallel().tp());
-    s.pp = std::max(1, job.parallel().pp());
-    s.dp = std::max(1, job.world_size() / (s.tp * s.pp));
-    s.zero_stage = job.optim().zero_stage();
-    s.gpipe = job.parallel().schedule() == "gpipe";
-    return s;
-  }(), static_cast<int64_t>(budget));
+  const parallel::StrategyPlan as_is = parallel::PlanStrategy(
+      *shape, WorkloadOfJob(job),
+      [&] {
+        Strategy s;
+        s.tp = std::max(1, job.parallel().tp());
+        s.pp = std::max(1, job.parallel().pp());
+        s.dp = std::max(1, job.world_size() / (s.tp * s.pp));
+        s.zero_stage = job.optim().zero_stage();
+        s.gpipe = job.parallel().schedule() == "gpipe";
+        return s;
+      }(),
+      static_cast<int64_t>(budget));
   int64_t now = 0;
   for (const auto& st : as_is.stages) now = std::max(now, st.total());
   AutopilotFinding f = oom;

@@ -18,15 +18,17 @@
 namespace firedrill::cli {
 
 struct MemoryRemedy {
-  std::string name;  // "ZeRO-1", "micro-batch 4 x 2", "activation checkpointing", "PP2 x DP2, 4 micro-batches"
+  std::string
+      name;  // "ZeRO-1", "micro-batch 4 x 2", "activation checkpointing", "PP2 x DP2, 4 micro-batches"
   std::vector<std::pair<std::string, std::string>> settings;  // what `fix --set` gets
-  int64_t predicted_bytes = 0;  // per rank, the stage that needs the most
-  double cost = 1;              // the step's time against the job's own, as plan's arithmetic has it
+  int64_t predicted_bytes = 0;                                // per rank, the stage that needs the most
+  double cost = 1;  // the step's time against the job's own, as plan's arithmetic has it
 };
 
 // Each remedy the job and the brief allow, cheapest first (InvalidArgument
 // for a model the memory model does not describe).
-StatusOr<std::vector<MemoryRemedy>> MemoryRemedies(const v1::JobSpec& job, const std::vector<std::string>& may_change);
+StatusOr<std::vector<MemoryRemedy>> MemoryRemedies(const v1::JobSpec& job,
+                                                   const std::vector<std::string>& may_change);
 
 // `oom` (an out-of-memory finding) with the fix the first remedy predicted
 // to need at most `headroom` of the device gives, and the predictions in its

@@ -1,6 +1,5 @@
 #include "cli/output.h"
 
-#include <map>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 #include <google/protobuf/util/json_util.h>
@@ -10,8 +9,9 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <iterator>
 #include <iostream>
+#include <iterator>
+#include <map>
 #include <utility>
 
 #include "scenario/job_keys.h"
@@ -218,7 +218,8 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     if (mesh) row.push_back(Num(r.tp_comm_ms(), 1));
     if (pipeline) {
       const bool staged = r.mesh().pp_size() > 1;
-      row.insert(row.end(), {staged ? Num(r.pp_wait_ms(), 1) : "-", staged ? Num(100 * r.pp_bubble_fraction(), 1) : "-"});
+      row.insert(row.end(), {staged ? Num(r.pp_wait_ms(), 1) : "-",
+                             staged ? Num(100 * r.pp_bubble_fraction(), 1) : "-"});
     }
     row.insert(row.end(), {Num(r.optim_ms(), 1), Num(r.checkpoint_ms(), 1), Num(r.loss(), 3)});
     if (mem) row.push_back(r.mem_peak_bytes() > 0 ? Bytes(r.mem_peak_bytes()) : "-");

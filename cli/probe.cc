@@ -201,7 +201,8 @@ void PrintResume(const v1::RunProbeResponse& r, std::ostream& out) {
 
 static void PrintScaling(const v1::RunProbeResponse& r, std::ostream& out) {
   out << "# firedrill probe scaling: the job's model trained data-parallel on its first 1, 2, 4, ... of "
-      << r.world_size() << " ranks in turn (the others idle), after step " << r.step() << "; each rank's last "
+      << r.world_size() << " ranks in turn (the others idle), after step " << r.step()
+      << "; each rank's last "
       << "batch, forward and backward, the gradients all-reduced in one buffer, no optimiser step; "
       << r.spec().iters() << " timed steps after " << r.spec().warmup_iters() << "\n";
   PrintRanks(r, out);
@@ -211,8 +212,10 @@ static void PrintScaling(const v1::RunProbeResponse& r, std::ostream& out) {
            Num(s.ranks() > 0 ? s.samples_per_s() / s.ranks() : 0), Num(100 * s.efficiency(), 0) + "%",
            s.mfu() > 0 ? Num(100 * s.mfu(), 1) : "-"});
   t.Print(out);
-  out << "# STEP_MS: the slowest taking part (they all-reduce every step); EFFICIENCY: samples/s over RANKS x "
-         "one rank's; MFU%: model FLOPs per second over the rank's measured matmul peak (a slowed host's quota "
+  out << "# STEP_MS: the slowest taking part (they all-reduce every step); EFFICIENCY: samples/s over RANKS "
+         "x "
+         "one rank's; MFU%: model FLOPs per second over the rank's measured matmul peak (a slowed host's "
+         "quota "
          "is lifted while a probe runs)\n";
 }
 

@@ -245,15 +245,16 @@ Status NetnsFabric::ShapeHost(const std::string& host_name, double bandwidth_gbp
     const std::vector<std::vector<std::string>> steps = {
         {"ip", "link", "set", ifb, "up"},
         {"tc", "qdisc", "add", "dev", h.host_veth, "handle", "ffff:", "ingress"},
-        {"tc", "filter", "add", "dev", h.host_veth, "parent", "ffff:", "protocol", "all", "u32", "match", "u32", "0",
-         "0", "action", "mirred", "egress", "redirect", "dev", ifb},
+        {"tc",    "filter", "add", "dev", h.host_veth, "parent", "ffff:",  "protocol", "all", "u32",
+         "match", "u32",    "0",   "0",   "action",    "mirred", "egress", "redirect", "dev", ifb},
     };
     for (const auto& cmd : steps) {
       if (Status st = RunChecked(cmd); !st.ok()) {
         (void)RunCommand({"tc", "qdisc", "del", "dev", h.host_veth, "ingress"});  // and its filter, if made
         if (Remove("link", ifb).ok()) (void)Forget("link", ifb);
-        return Status(st.code(), "host " + host_name + ": shaping its link (a kernel without ifb devices cannot): " +
-                                     st.message());
+        return Status(st.code(),
+                      "host " + host_name +
+                          ": shaping its link (a kernel without ifb devices cannot): " + st.message());
       }
     }
     h.ifb = ifb;

@@ -18,7 +18,8 @@ StatusOr<v1::ProbeSpec> NormalizeProbeSpec(const v1::ProbeSpec& in) {
   // The job's own model on 1, 2, 4, ... ranks: iterations, no sizes.
   if (op == "scaling") {
     if (s.min_bytes() != 0 || s.max_bytes() != 0 || s.factor() != 0)
-      return InvalidArgument("probe scaling trains the job's own model: it takes no sizes (--iters, --warmup)");
+      return InvalidArgument(
+          "probe scaling trains the job's own model: it takes no sizes (--iters, --warmup)");
     if (s.from_step() != 0 || s.resume_steps() != 0)
       return InvalidArgument("probe scaling: --from and --steps are probe resume's");
     if (s.iters() == 0) s.set_iters(10);
@@ -248,7 +249,8 @@ StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int 
         ++took_part[row.ranks()];
       }
     }
-    if (by_ranks.empty() || !by_ranks.count(1)) return Internal("probe scaling: no rank measured the one-rank step");
+    if (by_ranks.empty() || !by_ranks.count(1))
+      return Internal("probe scaling: no rank measured the one-rank step");
     for (auto& [n, m] : by_ranks) {
       if (took_part[n] != n)
         return Internal("probe scaling: " + std::to_string(took_part[n]) + " rank(s) reported the " +

@@ -225,7 +225,8 @@ StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& r
   // is a machine of its own (remote agents), and the drill's hosts would
   // not be the ones its briefing describes.
   if ((sc->cluster().inter_host_gbps() > 0 || sc->cluster().ranks_per_host() > 1) && !opts_.fabric)
-    return FailedPrecondition("scenario " + sc->id() + " runs several ranks to a host with shaped links between "
+    return FailedPrecondition("scenario " + sc->id() +
+                              " runs several ranks to a host with shaped links between "
                               "hosts: it needs this controller's hosts as network namespaces "
                               "(firedrill-controller --hosts netns with local agents, as root)");
   auto s = std::make_shared<Session>();

@@ -10,7 +10,8 @@ namespace firedrill::faults {
 Status ValidateDeployChange(const v1::FaultSpec& spec) {
   const auto& set = spec.deploy_change().set();
   if (set.empty())
-    return InvalidArgument("params.set is empty: list the settings the deploy changed, [{key: K, value: V}, ...]");
+    return InvalidArgument(
+        "params.set is empty: list the settings the deploy changed, [{key: K, value: V}, ...]");
   std::set<std::string> seen;
   v1::JobSpec scratch;
   for (int i = 0; i < set.size(); ++i) {

@@ -103,8 +103,8 @@ Status SetJobKey(v1::JobSpec* job, const std::string& key, const std::string& te
     const FD* f = msg->GetDescriptor()->FindFieldByName(rest.substr(0, dot));
     if (f == nullptr || f->is_repeated() || f->cpp_type() != FD::CPPTYPE_MESSAGE) {
       *job = before;  // sections walked so far may have been created
-      return InvalidArgument("unknown setting '" + key + "': the job has no section '" + rest.substr(0, dot) + "'" +
-                             (msg == job ? std::string() : " there"));
+      return InvalidArgument("unknown setting '" + key + "': the job has no section '" + rest.substr(0, dot) +
+                             "'" + (msg == job ? std::string() : " there"));
     }
     msg = msg->GetReflection()->MutableMessage(msg, f);
   }

@@ -22,8 +22,8 @@ std::string ExpectedValue(const google::protobuf::FieldDescriptor* f);
 std::optional<int64_t> ParseInt(const std::string& s, int64_t lo, int64_t hi);
 // Sets (or appends to, when repeated) a scalar field from text. Returns what
 // was expected on failure, e.g. "expected an integer, got 'abc'".
-std::optional<std::string> SetScalar(google::protobuf::Message* msg, const google::protobuf::FieldDescriptor* f,
-                                     const std::string& text);
+std::optional<std::string> SetScalar(google::protobuf::Message* msg,
+                                     const google::protobuf::FieldDescriptor* f, const std::string& text);
 // Sets the scalar `key` of `job` ("data.batch_size", dotted through its
 // sections) from `text`. An unknown key, a section or list named as a key,
 // or text the field cannot take is an error, and leaves `job` as it was.

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "firedrill/v1/scenario.pb.h"
 #include "faults/job_setting.h"
+#include "firedrill/v1/scenario.pb.h"
 
 namespace firedrill::scenario::scenario_internal {
 

@@ -12,8 +12,8 @@
 #include <optional>
 #include <sstream>
 
-#include "scenario/internal.h"
 #include "faults/registry.h"
+#include "scenario/internal.h"
 
 namespace firedrill::scenario {
 
@@ -43,7 +43,6 @@ std::string Describe(const YAML::Node& n) {
 }
 
 using FD = pb::FieldDescriptor;
-
 
 // --- YAML -> protobuf --------------------------------------------------------
 

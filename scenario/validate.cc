@@ -399,16 +399,19 @@ Check CheckScenario(const v1::Scenario& s) {
       return Fail("cluster.ranks_per_host", Str("must divide job.world_size (", s.job().world_size(),
                                                 "): every host holds the same number of ranks"));
     if (!(c.inter_host_gbps() >= 0) || c.inter_host_gbps() > 100)
-      return Fail("cluster.inter_host_gbps", Str("must be in [0, 100] GB/s (0: not shaped), got ", c.inter_host_gbps()));
+      return Fail("cluster.inter_host_gbps",
+                  Str("must be in [0, 100] GB/s (0: not shaped), got ", c.inter_host_gbps()));
     // The launcher counts what is left of a job by ranks (one to a host so
     // far): a host of several that goes down is not yet a shrink it knows.
     if (per_host > 1 && s.job().elastic().max_restarts() > 0)
-      return Fail("cluster.ranks_per_host", "does not combine with job.elastic.max_restarts > 0 yet: the launcher "
-                                            "restarts a job one rank to a host");
+      return Fail("cluster.ranks_per_host",
+                  "does not combine with job.elastic.max_restarts > 0 yet: the launcher "
+                  "restarts a job one rank to a host");
     for (const auto& f : s.faults())
       if (per_host > 1 && f.kind() == "rank_crash")
-        return Fail("cluster.ranks_per_host", "does not combine with a rank_crash fault yet: the launcher counts "
-                                              "the hosts left one rank to a host");
+        return Fail("cluster.ranks_per_host",
+                    "does not combine with a rank_crash fault yet: the launcher counts "
+                    "the hosts left one rank to a host");
   }
   for (int i = 0; i < s.faults_size(); ++i) FD_CHECK(CheckFault(s, i));
   // A fault whose harm verification cannot measure would let an unfixed
@@ -498,13 +501,15 @@ Check CheckScenario(const v1::Scenario& s) {
       if (!std::binary_search(keys.begin(), keys.end(), kv.key()))
         return Fail(at + ".key", "unknown setting '" + kv.key() + "'; known settings: " + JoinList(keys));
       if (ClassOfJobKey(kv.key()) == JobKeyClass::kEnvironment)
-        return Fail(at + ".key", kv.key() + " describes the machine, not the job: a deploy does not change it "
-                                            "(device_memory gives a device's memory)");
+        return Fail(at + ".key", kv.key() +
+                                     " describes the machine, not the job: a deploy does not change it "
+                                     "(device_memory gives a device's memory)");
       const v1::JobSpec before = deployed;
       if (Status st = faults::SetJobKey(&deployed, kv.key(), kv.value()); !st.ok())
         return Fail(at + ".value", st.message());
       if (before.SerializeAsString() == deployed.SerializeAsString())
-        return Fail(at + ".value", "is the healthy job's own " + kv.key() + ": the deploy changes nothing there");
+        return Fail(at + ".value",
+                    "is the healthy job's own " + kv.key() + ": the deploy changes nothing there");
     }
     if (Check bad = CheckJob(deployed, "")) return Fail(p, "the job as deployed: " + FormatProblem("", *bad));
   }

@@ -299,7 +299,8 @@ TEST_F(NetnsTest, ShapedHostsTalkToEachOtherAtTheCapAndFreelyInside) {
   ASSERT_TRUE(sb.ok()) << sb.message();
   EXPECT_TRUE((*fabric)->ShapeHost("node-0", cap / 1e9).ok()) << "shaping again replaces the rate";
   const int64_t bytes = 6 << 20;
-  const double across = Transfer(*a, *b, bytes), back = Transfer(*b, *a, bytes), inside = Transfer(*a, *a, bytes);
+  const double across = Transfer(*a, *b, bytes), back = Transfer(*b, *a, bytes),
+               inside = Transfer(*a, *a, bytes);
   RecordProperty("across_MBps", std::to_string(across / 1e6));
   RecordProperty("back_MBps", std::to_string(back / 1e6));
   RecordProperty("inside_MBps", std::to_string(inside / 1e6));

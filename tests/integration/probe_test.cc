@@ -161,13 +161,18 @@ TEST(Probe, ScalingTrainsTheModelOnOneTwoAndFourRanksAndLeavesTrainingUnchanged)
       sizes.push_back(row.ranks());
       EXPECT_GT(row.step_ms(), 0);
       EXPECT_EQ(row.samples_per_step(), job.data().batch_size());
-      if (row.ranks() == 1) EXPECT_EQ(row.comm_ms(), 0);
-      else EXPECT_GT(row.comm_ms(), 0) << "an all-reduce among " << row.ranks();
+      if (row.ranks() == 1)
+        EXPECT_EQ(row.comm_ms(), 0);
+      else
+        EXPECT_GT(row.comm_ms(), 0) << "an all-reduce among " << row.ranks();
     }
-    const std::vector<int> want = r == 0 ? std::vector<int>{1, 2, 4} : r == 1 ? std::vector<int>{2, 4}
-                                                                                : std::vector<int>{4};
+    const std::vector<int> want = r == 0   ? std::vector<int>{1, 2, 4}
+                                  : r == 1 ? std::vector<int>{2, 4}
+                                           : std::vector<int>{4};
     EXPECT_EQ(sizes, want) << "rank " << r;
-    EXPECT_EQ(std::memcmp(p.res[r].params.data(), plain[r].params.data(), p.res[r].params.size() * sizeof(float)), 0)
+    EXPECT_EQ(
+        std::memcmp(p.res[r].params.data(), plain[r].params.data(), p.res[r].params.size() * sizeof(float)),
+        0)
         << "rank " << r << ": the probe moved the weights";
   }
 }

@@ -1,13 +1,13 @@
 // The autopilot's rules on hand-made status snapshots: each fault's
 // signature leads to its cause and fix, and a healthy job to nothing.
 #include "cli/autopilot.h"
-#include "cli/memory_fix.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 
-#include <cmath>
+#include "cli/memory_fix.h"
 
 namespace firedrill::cli {
 namespace {
@@ -761,8 +761,9 @@ AutopilotFinding Oom() {
   AutopilotFinding f;
   f.found = true;
   f.cause = "out-of-memory";
-  f.evidence = "rank 0, 1 ran out of device memory: \"rank 0 step 0: forward: CUDA out of memory.\". The model, "
-               "batch and context stay: recompute each block's activations";
+  f.evidence =
+      "rank 0, 1 ran out of device memory: \"rank 0 step 0: forward: CUDA out of memory.\". The model, "
+      "batch and context stay: recompute each block's activations";
   auto* s = f.fix.add_settings();
   s->set_key("model.activation_checkpointing");
   s->set_value("true");
@@ -917,7 +918,8 @@ TEST(AutopilotMemory, AModelTooBigForEveryReplicaIsSplitAcrossTheRanksKeepingThe
   EXPECT_TRUE(tp == "2" || pp == "2") << f.evidence;
   ASSERT_FALSE(Setting(f, "grad_accum_steps").empty()) << f.evidence;
   const int batch = Setting(f, "data.batch_size").empty() ? 8 : std::stoi(Setting(f, "data.batch_size"));
-  EXPECT_EQ(batch * std::stoi(Setting(f, "grad_accum_steps")), 16) << "one replica left: it accumulates both halves";
+  EXPECT_EQ(batch * std::stoi(Setting(f, "grad_accum_steps")), 16)
+      << "one replica left: it accumulates both halves";
   // Without accumulation a layout would halve the global batch: none is offered.
   auto closed = MemoryRemedies(job, {});
   ASSERT_TRUE(closed.ok()) << closed.status().message();

@@ -11,8 +11,8 @@
 #include "faults/dataloader_starvation.h"
 #include "faults/job_setting.h"
 #include "faults/rank_crash.h"
-#include "faults/runner.h"
 #include "faults/registry.h"
+#include "faults/runner.h"
 #include "faults/targeting.h"
 
 namespace firedrill::faults {
@@ -234,7 +234,8 @@ TEST(ConfigFaults, ADeployChangeSetsItsSettingsAndNothingElse) {
   const FaultKind* k = FindFaultKind("deploy_change");
   ASSERT_NE(k, nullptr);
   v1::FaultSpec f = Spec("deploy_change");
-  EXPECT_NE(k->validate(f).message().find("params.set is empty"), std::string::npos) << k->validate(f).message();
+  EXPECT_NE(k->validate(f).message().find("params.set is empty"), std::string::npos)
+      << k->validate(f).message();
   auto add = [&](const std::string& key, const std::string& value) {
     auto* kv = f.mutable_deploy_change()->add_set();
     kv->set_key(key);
@@ -291,8 +292,11 @@ TEST(ConfigFaults, SettingAJobKeyLeavesTheJobAsItWasWhenItFails) {
   EXPECT_TRUE(SetJobKey(&job, "parallel.tp", "2").ok());
   EXPECT_EQ(job.parallel().tp(), 2);
   job = before;
-  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
-           {"parallel.nope", "2"}, {"nope.tp", "2"}, {"parallel", "2"}, {"data.batch_size", "8.5"}, {"", "1"}}) {
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{{"parallel.nope", "2"},
+                                                                                   {"nope.tp", "2"},
+                                                                                   {"parallel", "2"},
+                                                                                   {"data.batch_size", "8.5"},
+                                                                                   {"", "1"}}) {
     EXPECT_FALSE(SetJobKey(&job, key, value).ok()) << key;
     EXPECT_EQ(job.DebugString(), before.DebugString()) << key << ": a failed setting left a change";
   }

@@ -62,11 +62,11 @@ TEST(Registry, KnowsTheKindsAndWhichActAtRunTime) {
   EXPECT_EQ(FindFaultKind("straggler")->scope, Scope::kHost);
   EXPECT_EQ(FindFaultKind("gremlin"), nullptr);
   EXPECT_EQ(FaultKindNames(),
-            (std::vector<std::string>{"straggler", "dataloader_starvation", "padding_waste", "tiny_buckets",
-                                      "collective_desync", "fp16_overflow", "lr_rule", "grad_accumulation",
-                                      "device_memory", "resume_without_state", "checkpoint_cadence",
-                                      "stale_accumulation", "checkpoint_load", "deploy_change", "comm_misconfig",
-                                      "silent_divergence", "corrupt_checkpoint", "rank_crash", "slow_link"}));
+            (std::vector<std::string>{
+                "straggler", "dataloader_starvation", "padding_waste", "tiny_buckets", "collective_desync",
+                "fp16_overflow", "lr_rule", "grad_accumulation", "device_memory", "resume_without_state",
+                "checkpoint_cadence", "stale_accumulation", "checkpoint_load", "deploy_change",
+                "comm_misconfig", "silent_divergence", "corrupt_checkpoint", "rank_crash", "slow_link"}));
   EXPECT_TRUE(FindFaultKind("rank_crash")->once) << "a host going down is an event";
   EXPECT_FALSE(FindFaultKind("resume_without_state")->make) << "the restart path's setting: an overlay";
   EXPECT_FALSE(FindFaultKind("checkpoint_cadence")->make) << "a cadence: an overlay, nothing slowed";

@@ -1,10 +1,10 @@
 // The controller's side of probes: defaults and limits of a request, the
 // nccl-tests bus-bandwidth factors, and merging the ranks' reports.
+#include "controller/probe_merge.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
-
-#include "controller/probe_merge.h"
 
 namespace firedrill::controller {
 namespace {
@@ -222,8 +222,9 @@ TEST(ProbeScaling, TheSlowestParticipantSetsEachSizesRateAgainstOneRanks) {
   EXPECT_NEAR(m->scaling(2).efficiency(), 10.0 / 25, 1e-12);
   // A size with a participant missing is an error, not a rate.
   reports[3].clear_scaling();
-  EXPECT_NE(MergeProbeReports(*spec, 4, reports).status().message().find("3 rank(s) reported the 4-rank step"),
-            std::string::npos);
+  EXPECT_NE(
+      MergeProbeReports(*spec, 4, reports).status().message().find("3 rank(s) reported the 4-rank step"),
+      std::string::npos);
 }
 
 TEST(ProbeChecksum, RanksWithDifferentModelsOrAMissingRankAreErrors) {

@@ -258,8 +258,10 @@ TEST(ScenarioTools, CoverageCommandOverShippedScenarios) {
   EXPECT_NE(out.str().find("throughput-halved"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("module 6 Diagnosing throughput loss: "), std::string::npos) << out.str();
   // The memory and parallelism modules, every atom (issue 13).
-  EXPECT_NE(out.str().find("module 1 Why one GPU runs out: 7/7 atoms covered"), std::string::npos) << out.str();
-  EXPECT_NE(out.str().find("module 2 Parallelism strategies: 7/7 atoms covered"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("module 1 Why one GPU runs out: 7/7 atoms covered"), std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("module 2 Parallelism strategies: 7/7 atoms covered"), std::string::npos)
+      << out.str();
   EXPECT_NE(out.str().find("total: "), std::string::npos) << out.str();
 
   std::ostringstream bad_out, bad_err;

@@ -741,8 +741,9 @@ TEST_F(SessionDriveTest, AFixKeepsTheGlobalBatchWhateverTheLayout) {
   const std::string closed = StartRunning("drive-gpt");
   Status halved = fix(closed, {{"parallel.pp", "2"}});
   EXPECT_EQ(halved.code(), StatusCode::kFailedPrecondition) << halved.message();
-  EXPECT_NE(halved.message().find("the global batch (8 samples per optimiser step with this fix, 16 as deployed) is "
-                                  "a workload setting"),
+  EXPECT_NE(halved.message().find(
+                "the global batch (8 samples per optimiser step with this fix, 16 as deployed) is "
+                "a workload setting"),
             std::string::npos)
       << halved.message();
   ASSERT_TRUE(sm_->End(closed).ok());
