@@ -249,25 +249,6 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
   note(true, "CKPT = checkpoint writes per step, spread over the window (`metrics --series ckpt_ms`: each write)");
   note(true, "MFU% = model FLOPs of real tokens/samples per second over the rank's measured peak matmul rate");
   if (!notes.empty()) out << "(" << notes << ")\n";
-  // Each host's ranks, the CPUs their processes may run on and their
-  // compute threads (nproc and OMP_NUM_THREADS, as a learner on the node
-  // would read them).
-  std::map<std::string, std::vector<const v1::RankStatus*>> by_host;
-  for (const auto& r : st.ranks())
-    if (r.cpus() > 0) by_host[r.host()].push_back(&r);
-  std::string hosts;
-  for (const auto& [host, ranks] : by_host) {
-    std::string list;
-    int threads = 0;
-    for (const auto* r : ranks) {
-      list += (list.empty() ? "" : ", ") + std::to_string(r->rank());
-      threads += std::max(1, r->compute_threads());
-    }
-    hosts += (hosts.empty() ? "" : "; ") + host + ": rank" + (ranks.size() > 1 ? "s " : " ") + list + ", " +
-             std::to_string(ranks.front()->cpus()) + " CPUs, " + std::to_string(threads) + " compute thread" +
-             (threads > 1 ? "s" : "");
-  }
-  if (!hosts.empty()) out << "(" << hosts << ")\n";
   for (const auto& r : st.ranks()) {
     if (!r.message().empty() && (r.state() == "failed" || r.state() == "lost")) {
       out << "rank " << r.rank() << ": " << r.message() << "\n";

@@ -220,15 +220,14 @@ StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& r
   if (sc == nullptr) return NotFound(UnknownScenario(req.scenario_id()));
   if (req.seed() < 0) return InvalidArgument("--seed must be positive (or 0 for a random one), got " +
                                              std::to_string(req.seed()));
-  // Hosts of several ranks, and links between hosts, are the fabric's:
-  // without it every rank talks over one loopback (--hosts loopback) or
-  // is a machine of its own (remote agents), and the drill's hosts would
-  // not be the ones its briefing describes.
-  if ((sc->cluster().inter_host_gbps() > 0 || sc->cluster().ranks_per_host() > 1) && !opts_.fabric)
+  // Links between hosts are shaped on the fabric: without it every rank
+  // talks over one loopback (--hosts loopback) or is a machine of its own
+  // (remote agents), and the drill's links would not be there.
+  if (sc->cluster().inter_host_gbps() > 0 && !opts_.fabric)
     return FailedPrecondition("scenario " + sc->id() +
-                              " runs several ranks to a host with shaped links between "
-                              "hosts: it needs this controller's hosts as network namespaces "
-                              "(firedrill-controller --hosts netns with local agents, as root)");
+                              " runs on hosts with shaped links between them: it needs this controller's hosts "
+                              "as network namespaces (firedrill-controller --hosts netns with local agents, as "
+                              "root)");
   auto s = std::make_shared<Session>();
   s->scenario = sc;
   s->join_token = RandomHex(16);

@@ -398,6 +398,7 @@ Check CheckScenario(const v1::Scenario& s) {
     if (s.job().world_size() % per_host != 0)
       return Fail("cluster.ranks_per_host", Str("must divide job.world_size (", s.job().world_size(),
                                                 "): every host holds the same number of ranks"));
+    FD_CHECK(InRange("cluster.cpus_per_host", c.cpus_per_host(), 0, 1024));
     if (!(c.inter_host_gbps() >= 0) || c.inter_host_gbps() > 100)
       return Fail("cluster.inter_host_gbps",
                   Str("must be in [0, 100] GB/s (0: not shaped), got ", c.inter_host_gbps()));
