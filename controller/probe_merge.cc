@@ -24,8 +24,9 @@ StatusOr<v1::ProbeSpec> NormalizeProbeSpec(const v1::ProbeSpec& in) {
       return InvalidArgument("probe scaling: --from and --steps are probe resume's");
     if (s.iters() == 0) s.set_iters(10);
     if (s.warmup_iters() == 0) s.set_warmup_iters(2);
-    if (s.iters() < 1 || s.iters() > 200 || s.warmup_iters() < 0 || s.warmup_iters() > 50)
-      return InvalidArgument("probe scaling: --iters must be 1 to 200 and --warmup 0 to 50");
+    // (Its idle ranks wait out the others' steps: bounded.)
+    if (s.iters() < 1 || s.iters() > 50 || s.warmup_iters() < 1 || s.warmup_iters() > 10)
+      return InvalidArgument("probe scaling: --iters must be 1 to 50 and --warmup 1 to 10");
     return s;
   }
   if (op == "checksum" || op == "activations") {
@@ -240,6 +241,11 @@ StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int 
     std::map<int, int> took_part;
     for (const auto& rep : reports) {
       for (const auto& row : rep.scaling()) {
+        // The first `ranks` ranks take part in a size, each once.
+        if (rep.rank() >= row.ranks())
+          return Internal("probe scaling: rank " + std::to_string(rep.rank()) + " reported the " +
+                          std::to_string(row.ranks()) + "-rank step, which only ranks below " +
+                          std::to_string(row.ranks()) + " run");
         v1::ScalingRow& m = by_ranks[row.ranks()];
         m.set_ranks(row.ranks());
         m.set_step_ms(std::max(m.step_ms(), row.step_ms()));

@@ -319,8 +319,9 @@ Status SessionManager::SealAnswer(Session& s) {
       culprits.insert(*r);
       // A host-level fault acts on every rank of its host: with several
       // ranks to a host (cluster.ranks_per_host), each is a culprit.
+      // (The fault that targets this rank: a host-level one.)
       const bool on_host = std::any_of(faults->begin(), faults->end(), [&](const v1::ResolvedFault& x) {
-        return !x.host().empty() && *r >= 0 && *r < static_cast<int>(hosts.size()) && x.host() == hosts[*r];
+        return !x.host().empty() && x.rank() == *r && *r < static_cast<int>(hosts.size()) && x.host() == hosts[*r];
       });
       for (int q = 0; on_host && q < static_cast<int>(hosts.size()); ++q)
         if (hosts[q] == hosts[*r]) culprits.insert(q);
