@@ -257,6 +257,17 @@ StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int 
     }
     if (by_ranks.empty() || !by_ranks.count(1))
       return Internal("probe scaling: no rank measured the one-rank step");
+    // The sizes the ranks run: 1, 2, 4, ... below the world, then the world.
+    std::set<int> want;
+    for (int n = 1; n < world; n *= 2) want.insert(n);
+    want.insert(world);
+    for (int n : want)
+      if (!by_ranks.count(n))
+        return Internal("probe scaling: no rank reported the " + std::to_string(n) + "-rank step");
+    for (const auto& [n, m] : by_ranks)
+      if (!want.count(n))
+        return Internal("probe scaling: a " + std::to_string(n) + "-rank step is not one of the sizes run on " +
+                        std::to_string(world) + " ranks");
     for (auto& [n, m] : by_ranks) {
       if (took_part[n] != n)
         return Internal("probe scaling: " + std::to_string(took_part[n]) + " rank(s) reported the " +

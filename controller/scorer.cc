@@ -243,7 +243,8 @@ v1::ScoreReport Score(const ScoreInputs& in) {
                         std::to_string(revisions) + " revision(s) of the diagnosis x " +
                             std::to_string(RevisionCost(rub)));
   const std::vector<std::string> collateral =
-      rec.fix_applied() ? CollateralActions(rec, rec.fix()) : std::vector<std::string>{};
+      rec.fix_applied() ? CollateralActions(rec, rec.fix(), sc.cluster().ranks_per_host())
+                        : std::vector<std::string>{};
   for (const auto& c : collateral) r.add_collateral(c);
   *r.add_items() = Item("collateral", -static_cast<int>(collateral.size()) * CollateralCost(rub), 0,
                         std::to_string(collateral.size()) + " collateral action(s) x " +
@@ -341,13 +342,23 @@ bool MatchesRemediation(const v1::Scenario& scenario, const v1::SessionRecord& r
   return false;
 }
 
-std::vector<std::string> CollateralActions(const v1::SessionRecord& record, const v1::ApplyFixRequest& fix) {
+std::vector<std::string> CollateralActions(const v1::SessionRecord& record, const v1::ApplyFixRequest& fix,
+                                          int ranks_per_host) {
   const std::set<int> culprits = CulpritRanks(record);
   std::vector<std::string> out;
-  std::set<int> seen;
+  // One action per host replaced: naming two ranks of one machine replaces
+  // it once (its ranks move together).
+  const int per_host = std::max(1, ranks_per_host);
+  std::set<int> culprit_hosts;
+  for (int r : culprits) culprit_hosts.insert(r / per_host);
+  std::set<int> seen_hosts;
   for (int r : fix.replace_host_ranks()) {
-    if (culprits.count(r) || !seen.insert(r).second) continue;
-    out.push_back("replaced the host of rank " + std::to_string(r) + ", which is not a culprit");
+    if (culprit_hosts.count(r / per_host) || !seen_hosts.insert(r / per_host).second) continue;
+    out.push_back(per_host == 1 ? "replaced the host of rank " + std::to_string(r) + ", which is not a culprit"
+                                : "replaced the host of rank " + std::to_string(r) + " (ranks " +
+                                      std::to_string(r / per_host * per_host) + "-" +
+                                      std::to_string(r / per_host * per_host + per_host - 1) +
+                                      "), which holds no culprit");
   }
   // Restarting from scratch throws away every checkpoint the job wrote.
   bool cadence_set = false;  // a fix that also turns checkpoints off still threw them away

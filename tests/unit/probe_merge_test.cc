@@ -225,6 +225,29 @@ TEST(ProbeScaling, TheSlowestParticipantSetsEachSizesRateAgainstOneRanks) {
   EXPECT_NE(
       MergeProbeReports(*spec, 4, reports).status().message().find("3 rank(s) reported the 4-rank step"),
       std::string::npos);
+  // A size nobody reported, or one that is not run on this world, too.
+  std::vector<v1::ProbeReport> only_one(4);
+  for (int r = 0; r < 4; ++r) only_one[r].set_rank(r);
+  auto* row = only_one[0].add_scaling();
+  row->set_ranks(1);
+  row->set_step_ms(10);
+  row->set_samples_per_step(8);
+  EXPECT_NE(MergeProbeReports(*spec, 4, only_one).status().message().find("no rank reported the 2-rank step"),
+            std::string::npos);
+  EXPECT_TRUE(MergeProbeReports(*spec, 1, {only_one[0]}).ok()) << "world 1: the one-rank step is all";
+  std::vector<v1::ProbeReport> two(2);
+  for (int r = 0; r < 2; ++r) {
+    two[r].set_rank(r);
+    for (int n : {1, 2, 3}) {
+      if (r >= n) continue;
+      auto* sized_row = two[r].add_scaling();
+      sized_row->set_ranks(n);
+      sized_row->set_step_ms(10 + n);
+      sized_row->set_samples_per_step(8);
+    }
+  }
+  EXPECT_NE(MergeProbeReports(*spec, 2, two).status().message().find("a 3-rank step is not one of the sizes run on 2"),
+            std::string::npos);
 }
 
 TEST(ProbeChecksum, RanksWithDifferentModelsOrAMissingRankAreErrors) {
