@@ -4,7 +4,7 @@
 BUILD := build
 NINJA := $(BUILD)/build.ninja
 
-.PHONY: all setup build demo test test-unit test-integration test-e2e test-grading test-asan test-asan-unit test-tsan clean
+.PHONY: all setup build bench demo test test-unit test-integration test-e2e test-grading test-asan test-asan-unit test-tsan clean
 
 all: build
 
@@ -16,6 +16,10 @@ $(NINJA): CMakeLists.txt CMakePresets.json | setup
 
 build: setup $(NINJA)
 	cmake --build $(BUILD)
+
+# The benchmarks (bench/, results in bench/RESULTS.md): not part of `build`.
+bench: build
+	cmake --build $(BUILD) --target fd_benchmarks
 
 demo: build
 	$(BUILD)/bin/firedrill demo
