@@ -261,6 +261,8 @@ def main():
     a = ap.parse_args()
     if a.pytorch_worker:
         return pytorch_worker(a)
+    if not os.access(a.bin, os.X_OK):
+        sys.exit(f"ddp_vs_pytorch: {a.bin} is missing: build the benchmarks first (make bench)")
     a.worlds = [int(w) for w in a.worlds.split(",")]
     a.fd_flags = a.fd_flags.split()
     a.bucket_flags = ["--bucket-mb", str(a.bucket_mb)] if a.bucket_mb > 0 else []

@@ -34,7 +34,12 @@ struct AutopilotFinding {
 // unit-tested on recorded statuses. A finding must be a change from the
 // healthy baseline the status shows: padding that the baseline had too is
 // how the job always ran, not this incident's cause.
-std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st);
+// `held`: the findings of the look before, where there was one. A
+// straggler seen there stays on a lower bar (hysteresis): a comm-bound job
+// on shared cores shows its straggler's slowdown at 1.1-1.25x its
+// baseline's step, and a bar of 1.15 alone flickered look to look.
+std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st,
+                                        const std::vector<AutopilotFinding>* held = nullptr);
 // The first of ReasonAll, or none.
 AutopilotFinding Reason(const v1::SessionStatus& st);
 // The hosts' mean time between failures a briefing states ("MTBF 600 s",

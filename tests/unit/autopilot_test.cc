@@ -428,6 +428,36 @@ TEST(Autopilot, ABusySpreadThatExplainsNoneOfTheSlowdownIsNoStraggler) {
   EXPECT_EQ(s.ranks, std::vector<int>{2});
 }
 
+// What thermal-throttle seed 13 showed beside a one-core burner: a
+// comm-bound job (25 of its baseline's 40 ms step waits in the
+// all-reduce), rank 2 busy 1.8x the median, the job between 1.1x and 1.25x
+// its baseline's step look to look. Below 1.15x a straggler is not found;
+// one the look before found stays found down to 1.05x (and only that rank).
+TEST(Autopilot, AStragglerFoundTheLookBeforeStaysFoundWhileItsJobIsBarelySlower) {
+  auto st = Job(0.5, 1.8, 5.8, 35.5);
+  st.mutable_baseline()->set_median_step_ms(40.4);
+  st.mutable_ranks(2)->set_forward_ms(3.5);
+  st.mutable_ranks(2)->set_backward_ms(11);
+  st.mutable_ranks(2)->set_comm_ms(28.6);
+  EXPECT_TRUE(ReasonAll(st).empty()) << ReasonAll(st)[0].evidence;  // 44.1 ms: 1.09x
+  AutopilotFinding before;
+  before.found = true;
+  before.cause = "straggler";
+  before.ranks = {2};
+  const std::vector<AutopilotFinding> held = {before};
+  const auto kept = ReasonAll(st, &held);
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].cause, "straggler");
+  EXPECT_EQ(kept[0].ranks, std::vector<int>{2});
+  // Another rank the look before: no lower bar for this one.
+  before.ranks = {1};
+  const std::vector<AutopilotFinding> other = {before};
+  EXPECT_TRUE(ReasonAll(st, &other).empty());
+  // Back at the baseline's step: gone, held or not.
+  st.mutable_baseline()->set_median_step_ms(43);
+  EXPECT_TRUE(ReasonAll(st, &held).empty());
+}
+
 // What night-restart seed 107 showed under load (CI, and here beside a
 // one-core burner, 2 of 6 plays): a job 1.22x its baseline, rank 0 busy
 // 1.22x the median, but by its checkpoint writes (rank 0 writes the
