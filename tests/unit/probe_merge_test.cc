@@ -32,7 +32,7 @@ TEST(ProbeSpec, DefaultsAreAllReducePerfsUsualSweep) {
 TEST(ProbeSpec, BadRequestsNameTheFlag) {
   EXPECT_EQ(NormalizeProbeSpec(Op("alltoall")).status().message(),
             "probe: unknown op 'alltoall'; known: allreduce, allgather, reducescatter, p2p, checksum, "
-            "resume, activations");
+            "resume, activations, scaling");
   v1::ProbeSpec s = Op("allreduce");
   s.set_min_bytes(1 << 20);
   s.set_max_bytes(1 << 10);
