@@ -132,9 +132,9 @@ std::string LookLine(const v1::SessionStatus& st, const std::vector<AutopilotFin
     if (r.window_steps() > 0 && r.step_ms() > 0) step.push_back(r.step_ms());
     ranks += " " + std::to_string(r.rank()) + ":" + Num(r.step_ms(), 1) + "/" + Num(r.busy_vs_median(), 2);
   }
-  const double base = st.baseline().median_step_ms();
-  std::string line = "step " + std::to_string(NewestStep(st)) + ", median step " + Num(Median(step), 1) + " ms (" +
-                     (base > 0 ? Num(Median(step) / base, 2) + "x the baseline's" : std::string("no baseline")) +
+  const double base = st.baseline().median_step_ms(), med = Median(step);
+  std::string line = "step " + std::to_string(NewestStep(st)) + ", median step " + Num(med, 1) + " ms (" +
+                     (base > 0 ? Num(med / base, 2) + "x the baseline's" : std::string("no baseline")) +
                      "); rank:step ms/busy vs median" + ranks + "; found:";
   if (found.empty()) line += " nothing";
   for (const auto& f : found) {
@@ -646,7 +646,8 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st, const std::
   std::string why;
   // A starved rank is busy waiting for data, not computing: the rule above
   // explained it.
-  int slow = starved.empty() && Median(busy) >= 2.0 ? analysis::FindStraggler(st, 1.3, &why) : -1;
+  const bool computing = starved.empty() && Median(busy) >= 2.0;
+  int slow = computing ? analysis::FindStraggler(st, 1.3, &why) : -1;
   // The rank the look before found a straggler keeps it on a lower bar
   // (1.2x the median's busy time, the job 1.05x its baseline's step): under
   // a burner, thermal-throttle's comm-bound job read 1.15-1.25x its
@@ -659,11 +660,11 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st, const std::
     for (const auto& h : *held)
       if (h.cause == "straggler") was.insert(was.end(), h.ranks.begin(), h.ranks.end());
   const auto held_rank = [&](int r) { return std::find(was.begin(), was.end(), r) != was.end(); };
-  if (slow < 0 && !was.empty() && starved.empty() && Median(busy) >= 2.0) {
+  if (slow < 0 && !was.empty() && computing) {
     slow = analysis::FindStraggler(st, 1.2, &why);
     if (!held_rank(slow)) slow = -1;
   }
-  const double step_bar = slow >= 0 && held_rank(slow) ? 1.05 : 1.15;
+  const double step_bar = held_rank(slow) ? 1.05 : 1.15;
   // A straggler is what slows the job: its extra compute over the median
   // rank's must account for a good part of how much longer the step got
   // than in the baseline. On shared cores a rank's busy time swings by a
