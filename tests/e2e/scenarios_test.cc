@@ -76,10 +76,6 @@ const std::vector<Case> kCases = {
     {"adamw-migration", 123, {"out-of-memory"}},
     {"deeper-model", 125, {"out-of-memory"}},
     // Parallelism.
-    {"launcher-v2", 127, {"pipeline-bubble"}},
-    {"platform-defaults", 129, {"parallel-layout"}},
-    {"four-nodes", 131, {"parallel-layout"}},
-    {"hot-aisle", 133, {"straggler"}},
     {"new-base-image", 135, {"device-oversubscription"}},
 };
 
@@ -195,7 +191,13 @@ std::string AutopilotTest::ReadEverySurface(const Case& k, const std::string& id
                                                {"probe", "activations"}}) {
       auto a = args;
       a.insert(a.end(), {"--session", id});
-      EXPECT_EQ(Cli(a, &out), 0) << out;
+      const int rc = Cli(a, &out);
+      // The activations probe runs the whole model's forward pass: a
+      // pipeline stage refuses it and says which blocks it holds.
+      if (args[1] == "activations" && st.job().parallel().pp() > 1)
+        EXPECT_NE(out.find("blocks"), std::string::npos) << out;
+      else
+        EXPECT_EQ(rc, 0) << out;
       text += out + "\n";
     }
     // The job's own save and resume, where it has a checkpoint that verifies.
