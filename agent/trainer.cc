@@ -1354,8 +1354,10 @@ Status Trainer::Impl::Scaling(comm::ProcessGroup& group, const DataLoader& loade
   Status ready = last < 0 ? FailedPrecondition("no batch trained on yet") : Status::Ok();
   if (ready.ok()) {
     auto b = loader.Remake(last);
-    if (b.ok()) batch = std::move(*b);
-    else ready = b.status();
+    if (b.ok())
+      batch = std::move(*b);
+    else
+      ready = b.status();
   }
   // Before each size and after the last: who is not ready, or told to stop
   // (the job leaves the probe together, as a sweep does). The idle ranks
@@ -1391,8 +1393,8 @@ Status Trainer::Impl::Scaling(comm::ProcessGroup& group, const DataLoader& loade
         if (n > 1) {
           std::vector<int> members;
           for (int r = 0; r < n; ++r) members.push_back(r);
-          auto g = group.NewSubgroup("scaling-" + std::to_string(probe_rounds) + "-" + std::to_string(n), members,
-                                     std::chrono::seconds(60));
+          auto g = group.NewSubgroup("scaling-" + std::to_string(probe_rounds) + "-" + std::to_string(n),
+                                     members, std::chrono::seconds(60));
           if (!g.ok()) return g.status();
           sub = std::move(*g);
         }
@@ -1414,8 +1416,10 @@ Status Trainer::Impl::Scaling(comm::ProcessGroup& group, const DataLoader& loade
               int64_t offset = 0;
               for (size_t k = 0; k < grads.size(); ++k) {
                 at::Tensor dst = buffer.narrow(0, offset, params[k].numel());
-                if (grads[k].defined()) dst.copy_(grads[k].reshape({-1}));
-                else dst.zero_();
+                if (grads[k].defined())
+                  dst.copy_(grads[k].reshape({-1}));
+                else
+                  dst.zero_();
                 offset += params[k].numel();
               }
             }
@@ -1442,7 +1446,8 @@ Status Trainer::Impl::Scaling(comm::ProcessGroup& group, const DataLoader& loade
     if (!fine.ok()) return fine.status();
     if (!measured.ok()) return measured;
     if (!*fine)
-      return FailedPrecondition("another rank failed on " + std::to_string(n) + " rank(s) (its own report says why)");
+      return FailedPrecondition("another rank failed on " + std::to_string(n) +
+                                " rank(s) (its own report says why)");
   }
   return Status::Ok();
 }

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <exception>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <thread>

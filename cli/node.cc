@@ -96,7 +96,8 @@ void PrintNode(const v1::TraceResponse& trace, const std::vector<NodeView>& view
     Row(out, 4, "Steps", std::to_string(v.first_step) + ".." + std::to_string(v.last_step) + " (" +
                              std::to_string(v.steps) + ")");
     Row(out, 4, "CPUs it may run on (nproc)", v.cpus > 0 ? std::to_string(v.cpus) : "unknown");
-    Row(out, 4, "Compute threads (OMP_NUM_THREADS)", v.compute_threads > 0 ? std::to_string(v.compute_threads) : "unknown");
+    Row(out, 4, "Compute threads (OMP_NUM_THREADS)",
+        v.compute_threads > 0 ? std::to_string(v.compute_threads) : "unknown");
     Row(out, 4, "CPU bandwidth limit (cgroup cpu)", Limit(v));
     out << "    Throttling (cpu.stat, over the steps)\n";
     if (!v.cgroup || v.steps < 2) {

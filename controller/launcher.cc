@@ -78,7 +78,8 @@ StatusOr<pid_t> Launcher::Launch(const std::string& agent_id, const std::string&
       return Unavailable("host " + host + ": cannot open " + where.netns_path + ": " + std::strerror(errno));
   }
   static constexpr char kSetnsFailed[] = "firedrill-agent: could not join the host's network namespace (setns)\n";
-  static constexpr char kAffinityFailed[] = "firedrill-agent: could not pin to the host's CPUs (sched_setaffinity)\n";
+  static constexpr char kAffinityFailed[] =
+      "firedrill-agent: could not pin to the host's CPUs (sched_setaffinity)\n";
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

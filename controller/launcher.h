@@ -12,8 +12,8 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <vector>
 #include <thread>
+#include <vector>
 
 #include "common/status.h"
 

@@ -266,8 +266,8 @@ StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int 
         return Internal("probe scaling: no rank reported the " + std::to_string(n) + "-rank step");
     for (const auto& [n, m] : by_ranks)
       if (!want.count(n))
-        return Internal("probe scaling: a " + std::to_string(n) + "-rank step is not one of the sizes run on " +
-                        std::to_string(world) + " ranks");
+        return Internal("probe scaling: a " + std::to_string(n) +
+                        "-rank step is not one of the sizes run on " + std::to_string(world) + " ranks");
     for (auto& [n, m] : by_ranks) {
       if (took_part[n] != n)
         return Internal("probe scaling: " + std::to_string(took_part[n]) + " rank(s) reported the " +

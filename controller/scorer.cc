@@ -343,7 +343,7 @@ bool MatchesRemediation(const v1::Scenario& scenario, const v1::SessionRecord& r
 }
 
 std::vector<std::string> CollateralActions(const v1::SessionRecord& record, const v1::ApplyFixRequest& fix,
-                                          int ranks_per_host) {
+                                           int ranks_per_host) {
   const std::set<int> culprits = CulpritRanks(record);
   std::vector<std::string> out;
   // One action per host replaced: naming two ranks of one machine replaces
@@ -354,11 +354,12 @@ std::vector<std::string> CollateralActions(const v1::SessionRecord& record, cons
   std::set<int> seen_hosts;
   for (int r : fix.replace_host_ranks()) {
     if (culprit_hosts.count(r / per_host) || !seen_hosts.insert(r / per_host).second) continue;
-    out.push_back(per_host == 1 ? "replaced the host of rank " + std::to_string(r) + ", which is not a culprit"
-                                : "replaced the host of rank " + std::to_string(r) + " (ranks " +
-                                      std::to_string(r / per_host * per_host) + "-" +
-                                      std::to_string(r / per_host * per_host + per_host - 1) +
-                                      "), which holds no culprit");
+    out.push_back(per_host == 1
+                      ? "replaced the host of rank " + std::to_string(r) + ", which is not a culprit"
+                      : "replaced the host of rank " + std::to_string(r) + " (ranks " +
+                            std::to_string(r / per_host * per_host) + "-" +
+                            std::to_string(r / per_host * per_host + per_host - 1) +
+                            "), which holds no culprit");
   }
   // Restarting from scratch throws away every checkpoint the job wrote.
   bool cadence_set = false;  // a fix that also turns checkpoints off still threw them away

@@ -224,10 +224,11 @@ StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& r
   // talks over one loopback (--hosts loopback) or is a machine of its own
   // (remote agents), and the drill's links would not be there.
   if (sc->cluster().inter_host_gbps() > 0 && !opts_.fabric)
-    return FailedPrecondition("scenario " + sc->id() +
-                              " runs on hosts with shaped links between them: it needs this controller's hosts "
-                              "as network namespaces (firedrill-controller --hosts netns with local agents, as "
-                              "root)");
+    return FailedPrecondition(
+        "scenario " + sc->id() +
+        " runs on hosts with shaped links between them: it needs this controller's hosts "
+        "as network namespaces (firedrill-controller --hosts netns with local agents, as "
+        "root)");
   auto s = std::make_shared<Session>();
   s->scenario = sc;
   s->join_token = RandomHex(16);
@@ -321,7 +322,8 @@ Status SessionManager::SealAnswer(Session& s) {
       // ranks to a host (cluster.ranks_per_host), each is a culprit.
       // (The fault that targets this rank: a host-level one.)
       const bool on_host = std::any_of(faults->begin(), faults->end(), [&](const v1::ResolvedFault& x) {
-        return !x.host().empty() && x.rank() == *r && *r < static_cast<int>(hosts.size()) && x.host() == hosts[*r];
+        return !x.host().empty() && x.rank() == *r && *r < static_cast<int>(hosts.size()) &&
+               x.host() == hosts[*r];
       });
       for (int q = 0; on_host && q < static_cast<int>(hosts.size()); ++q)
         if (hosts[q] == hosts[*r]) culprits.insert(q);

@@ -932,7 +932,8 @@ TEST(AutopilotMemory, OptimiserStateIsPartitionedWhenThatIsWhatDoesNotFit) {
   v1::JobSpec job = GptJob(4, 4, 256, 16, 4, 0);
   auto remedies = MemoryRemedies(job, {});
   ASSERT_TRUE(remedies.ok()) << remedies.status().message();
-  auto zero = std::find_if(remedies->begin(), remedies->end(), [](const MemoryRemedy& r) { return r.name == "ZeRO-1"; });
+  auto zero = std::find_if(remedies->begin(), remedies->end(),
+                           [](const MemoryRemedy& r) { return r.name == "ZeRO-1"; });
   ASSERT_NE(zero, remedies->end());
   // Cheaper in step time where it fits (on these cores), and no help here:
   // recomputing the activations.

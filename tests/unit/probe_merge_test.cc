@@ -246,7 +246,10 @@ TEST(ProbeScaling, TheSlowestParticipantSetsEachSizesRateAgainstOneRanks) {
       sized_row->set_samples_per_step(8);
     }
   }
-  EXPECT_NE(MergeProbeReports(*spec, 2, two).status().message().find("a 3-rank step is not one of the sizes run on 2"),
+  EXPECT_NE(MergeProbeReports(*spec, 2, two)
+                .status()
+                .message()
+                .find("a 3-rank step is not one of the sizes run on 2"),
             std::string::npos);
 }
 
