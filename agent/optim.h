@@ -63,8 +63,8 @@ class Optimizer {
   // Replaces the state with a previous State(); shapes must match. On error
   // the state is unchanged.
   Status LoadState(const std::vector<std::pair<std::string, at::Tensor>>& state);
-  // Bytes of optimiser state currently held.
-  int64_t state_bytes() const;
+  // Bytes of optimiser state currently held (`probe memory`'s OPTIM).
+  virtual int64_t state_bytes() const;
 
  private:
   // May throw (LibTorch conversions); LoadState turns that into a Status.

@@ -5,6 +5,7 @@
 #include "agent/trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <time.h>
 #include <torch/torch.h>
@@ -35,6 +36,7 @@
 #include "agent/train_state.h"
 #include "agent/zero.h"
 #include "common/rng.h"
+#include "common/stats.h"
 #include "faults/cpu_quota.h"
 #include "faults/runner.h"
 #include "faults/seams.h"
@@ -300,6 +302,7 @@ struct Trainer::Impl {
   int64_t num_params = 0;
   int64_t param_bytes = 0;
   double peak_flops = 0;  // MFU's denominator, measured once per process
+  int cpus = 0;           // CPUs this process may run on (sched_getaffinity), once per process
   std::unique_ptr<Reducer> reducer;
   std::unique_ptr<Optimizer> optim;
   ZeroOptimizer* zero = nullptr;  // optim, when it partitions its state (optim.zero_stage 1)
@@ -329,6 +332,16 @@ struct Trainer::Impl {
   // batch again, without gradients, each named point's magnitudes (a
   // forward hook, as Hugging Face's DebugUnderflowOverflow has).
   Status Activations(const DataLoader& loader, v1::ProbeReport* out);
+  // `probe scaling`: this rank's last batch trained again (forward,
+  // backward, no optimiser step) by the first 1, 2, 4, ... and then all
+  // ranks in turn, each size's ranks all-reducing their gradients in one
+  // buffer over a group of their own while the rest wait at the probe
+  // group's barrier: the single-device rate and what each more rank adds.
+  // The gradients are taken with autograd::grad, never accumulated into the
+  // parameters' .grad (the reducer's hooks stay out of it), and the weights
+  // do not move: training goes on where it paused.
+  Status Scaling(comm::ProcessGroup& group, const DataLoader& loader, const v1::ProbeSpec& spec,
+                 int64_t steps, const std::atomic<bool>& stop, v1::ProbeReport* out);
   // The whole model in one digest: SHA-256 over the per-tensor SHA-256s
   // (hex, in the model's order). Empty if OpenSSL failed.
   std::string ParamsDigest();
@@ -441,6 +454,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions opts) {
   // Measured before any budget applies (the probe's own GEMMs must never be
   // what runs out of simulated memory).
   if (opts.telemetry) impl->peak_flops = PeakMatmulFlops(impl->threads);
+  {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    impl->cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  }
   // Counted from here on: the model's parameters are the first allocations.
   InstallTrackingAllocator();
   // Every run sets it, none or not: an agent process runs one job after
@@ -1155,6 +1173,8 @@ Status Trainer::Impl::Train(const std::atomic<bool>& stop,
           report.set_pp_send_bytes(pp_send_bytes);
           report.set_pp_bubble_fraction(bubble);
         }
+        report.set_cpus(cpus);
+        report.set_compute_threads(threads);
         const SchedTimes sched1 = ThreadSchedTimes();
         report.set_thread_cpu_ns(sched1.cpu_ns - sched0.cpu_ns);
         report.set_thread_wait_ns(sched1.wait_ns - sched0.wait_ns);
@@ -1207,7 +1227,10 @@ void Trainer::Impl::RunProbes(comm::ProcessGroup& pg, const DataLoader& loader, 
   const auto t0 = Clock::now();
   Status st = [&]() -> Status {
     // A group per probe: a failed probe leaves nothing behind for the next.
-    auto group = pg.NewGroup("probe/" + std::to_string(++probe_rounds), std::chrono::seconds(20));
+    // Long enough for a scaling probe's idle ranks to wait out the others'
+    // timed steps (at most 60 a size).
+    auto group = pg.NewGroup("probe/" + std::to_string(++probe_rounds),
+                             std::chrono::seconds(req && req->spec().op() == "scaling" ? 180 : 20));
     if (!group.ok()) return group.status();
     at::Tensor ids = at::full({1}, req ? static_cast<double>(req->request_id()) : -1.0, at::kDouble);
     at::Tensor all = at::empty({world}, at::kDouble);
@@ -1225,6 +1248,7 @@ void Trainer::Impl::RunProbes(comm::ProcessGroup& pg, const DataLoader& loader, 
     opts.probes->Report(started);
     if (req->spec().op() == "checksum") return Checksums(&report);
     if (req->spec().op() == "activations") return Activations(loader, &report);
+    if (req->spec().op() == "scaling") return Scaling(**group, loader, req->spec(), steps, stop, &report);
     return RunProbe(**group, req->spec(), steps, &report, &stop);
   }();
   if (!st.ok()) {
@@ -1232,6 +1256,7 @@ void Trainer::Impl::RunProbes(comm::ProcessGroup& pg, const DataLoader& loader, 
     report.clear_pairs();
     report.clear_checksums();
     report.clear_activations();
+    report.clear_scaling();
     report.set_error(who() + " after step " + std::to_string(steps) + ": " + st.message());
   }
   spdlog::info("rank {}: probe {} after step {} took {:.0f} ms{}", rank, req ? req->spec().op() : "?", steps,
@@ -1313,6 +1338,117 @@ Status Trainer::Impl::Activations(const DataLoader& loader, v1::ProbeReport* out
   } unhook{seam};
   auto loss = model->Loss(*batch);
   if (!loss.ok()) return loss.status();
+  return Status::Ok();
+}
+
+Status Trainer::Impl::Scaling(comm::ProcessGroup& group, const DataLoader& loader, const v1::ProbeSpec& spec,
+                              int64_t steps, const std::atomic<bool>& stop, v1::ProbeReport* out) {
+  if (mesh)
+    return FailedPrecondition(
+        "probe scaling measures data parallelism of the whole model on 1, 2, 4, ... ranks; "
+        "this job splits the model over its ranks (job.parallel)");
+  // Every rank ready, or none starts: a rank that cannot run it says why
+  // in its own report, the others that one could not.
+  const int64_t last = loader.Cursor().next_batch - 1;
+  std::optional<Batch> batch;
+  Status ready = last < 0 ? FailedPrecondition("no batch trained on yet") : Status::Ok();
+  if (ready.ok()) {
+    auto b = loader.Remake(last);
+    if (b.ok())
+      batch = std::move(*b);
+    else
+      ready = b.status();
+  }
+  // Before each size and after the last: who is not ready, or told to stop
+  // (the job leaves the probe together, as a sweep does). The idle ranks
+  // of a size wait here for the others.
+  auto agree = [&](bool fine) -> StatusOr<bool> {
+    at::Tensor v = at::zeros({2}, at::kDouble);
+    v.data_ptr<double>()[0] = fine ? 0.0 : 1.0;
+    v.data_ptr<double>()[1] = stop.load() ? 1.0 : 0.0;
+    FD_RETURN_IF_ERROR(group.AllReduceSum(v, steps));
+    if (v.data_ptr<double>()[1] > 0.5) return Aborted("the job was told to stop");
+    return v.data_ptr<double>()[0] < 0.5;
+  };
+  auto all_ready = agree(ready.ok());
+  if (!all_ready.ok()) return all_ready.status();
+  if (!ready.ok()) return ready;
+  if (!*all_ready) return FailedPrecondition("another rank could not run it (its own report says why)");
+  std::vector<int> sizes;
+  for (int n = 1; n < world; n *= 2) sizes.push_back(n);
+  sizes.push_back(world);
+  const double flops = batch->tokens > 0
+                           ? static_cast<double>(batch->tokens) * model->TrainFlopsPerToken(batch->x.size(1))
+                           : static_cast<double>(batch->rows()) * model->TrainFlopsPerToken(0);
+  std::vector<at::Tensor> params;
+  for (const auto& p : model->parameters())
+    if (p.requires_grad()) params.push_back(p);
+  int64_t numel = 0;
+  for (const auto& p : params) numel += p.numel();
+  for (int n : sizes) {
+    Status measured = Status::Ok();
+    if (rank < n) {
+      measured = [&]() -> Status {
+        std::unique_ptr<comm::ProcessGroup> sub;
+        if (n > 1) {
+          std::vector<int> members;
+          for (int r = 0; r < n; ++r) members.push_back(r);
+          auto g = group.NewSubgroup("scaling-" + std::to_string(probe_rounds) + "-" + std::to_string(n),
+                                     members, std::chrono::seconds(60));
+          if (!g.ok()) return g.status();
+          sub = std::move(*g);
+        }
+        std::vector<double> step_ms, comm_ms;
+        try {
+          // One buffer for every gradient, made once.
+          at::Tensor buffer = at::zeros({numel}, at::kFloat);
+          for (int i = 0; i < spec.warmup_iters() + spec.iters(); ++i) {
+            const auto t0 = Clock::now();
+            {
+              // The parameters are read, not written: held only while the
+              // gradients are computed (the bit-flip fault's thread and
+              // the digests take the same lock).
+              std::lock_guard<std::mutex> lock(param_mu);
+              auto loss = model->Loss(*batch);
+              if (!loss.ok()) return loss.status();
+              const std::vector<at::Tensor> grads =
+                  torch::autograd::grad({*loss}, params, {}, false, false, /*allow_unused=*/true);
+              int64_t offset = 0;
+              for (size_t k = 0; k < grads.size(); ++k) {
+                at::Tensor dst = buffer.narrow(0, offset, params[k].numel());
+                if (grads[k].defined())
+                  dst.copy_(grads[k].reshape({-1}));
+                else
+                  dst.zero_();
+                offset += params[k].numel();
+              }
+            }
+            const auto t1 = Clock::now();
+            if (sub) FD_RETURN_IF_ERROR(sub->AllReduceSum(buffer, steps));
+            const auto t2 = Clock::now();
+            if (i < spec.warmup_iters()) continue;
+            step_ms.push_back(MsSince(t0, t2));
+            comm_ms.push_back(sub ? MsSince(t1, t2) : 0.0);
+          }
+        } catch (const std::exception& e) {
+          return Internal(who() + ": probe scaling on " + std::to_string(n) + " rank(s): " + ErrorText(e));
+        }
+        v1::ScalingRow* row = out->add_scaling();
+        row->set_ranks(n);
+        row->set_step_ms(Median(step_ms));
+        row->set_comm_ms(Median(comm_ms));
+        row->set_samples_per_step(batch->rows());
+        row->set_mfu(peak_flops > 0 && row->step_ms() > 0 ? flops * 1000.0 / row->step_ms() / peak_flops : 0);
+        return Status::Ok();
+      }();
+    }
+    auto fine = agree(measured.ok());
+    if (!fine.ok()) return fine.status();
+    if (!measured.ok()) return measured;
+    if (!*fine)
+      return FailedPrecondition("another rank failed on " + std::to_string(n) +
+                                " rank(s) (its own report says why)");
+  }
   return Status::Ok();
 }
 

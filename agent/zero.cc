@@ -91,23 +91,43 @@ double ZeroOptimizer::Step(double lr, bool zero_grad) {
   return sum;
 }
 
+void ZeroOptimizer::Place(const at::Tensor& src, int64_t begin, int64_t end) {
+  const int64_t stop = std::min(end, begin + src.numel());
+  int64_t offset = 0;  // of parameter k in the flattened index space
+  for (size_t k = 0; k < params_.size() && offset < stop; ++k) {
+    const int64_t n = params_[k].numel();
+    const int64_t lo = std::max(begin, offset), hi = std::min(stop, offset + n);
+    if (lo < hi)
+      params_[k]
+          .detach()
+          .view({-1})
+          .narrow(0, lo - offset, hi - lo)
+          .copy_(src.narrow(0, lo - begin, hi - lo));
+    offset += n;
+  }
+}
+
 Status ZeroOptimizer::Gather(comm::ProcessGroup& pg, int64_t step) {
   at::NoGradGuard no_grad;
+  const int64_t slice = std::max<int64_t>(1, std::min(kGatherSlice, layout_.chunk));
   at::Tensor send, all;
   try {
-    send = at::zeros({layout_.chunk}, at::kFloat);  // the last rank's chunk is short: padded
-    send.narrow(0, 0, own_.numel()).copy_(own_);
-    all = at::empty({layout_.chunk * layout_.world}, at::kFloat);
+    send = at::empty({slice}, at::kFloat);
+    all = at::empty({slice * layout_.world}, at::kFloat);
   } catch (const std::exception& e) {
     return ResourceExhausted("rank " + std::to_string(rank_) + " step " + std::to_string(step) +
                              ": allocating the ZeRO all-gather: " + ErrorText(e));
   }
-  FD_RETURN_IF_ERROR(pg.AllGather(send, all, step));
-  int64_t offset = 0;
-  for (auto& p : params_) {
-    const int64_t n = p.numel();
-    p.detach().view({-1}).copy_(all.narrow(0, offset, n));
-    offset += n;
+  const int64_t mine = own_.numel();  // the last rank's chunk is short: padded with zeros
+  for (int64_t from = 0; from < layout_.chunk; from += slice) {
+    const int64_t len = std::min(slice, layout_.chunk - from);
+    at::Tensor out = send.narrow(0, 0, len), in = all.narrow(0, 0, len * layout_.world);
+    out.zero_();
+    if (from < mine)
+      out.narrow(0, 0, std::min(len, mine - from)).copy_(own_.narrow(0, from, std::min(len, mine - from)));
+    FD_RETURN_IF_ERROR(pg.AllGather(out, in, step));
+    for (int r = 0; r < layout_.world; ++r)
+      Place(in.narrow(0, r * len, len), layout_.Begin(r) + from, layout_.End(r));
   }
   return Status::Ok();
 }

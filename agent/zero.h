@@ -69,7 +69,10 @@ class ZeroOptimizer final : public Optimizer {
   double Step(double lr, bool zero_grad) override;
 
   // Collective: every rank's updated partition into every rank's
-  // parameters (one all-gather of ceil(N/world) elements per rank).
+  // parameters: all-gathers of at most kGatherSlice elements of each
+  // rank's chunk at a time (DeepSpeed's allgather_bucket_size), so what it
+  // holds at once is world x slice, not a second copy of the model.
+  static constexpr int64_t kGatherSlice = int64_t{1} << 16;
   Status Gather(comm::ProcessGroup& pg, int64_t step);
 
   const char* kind() const override { return inner_->kind(); }
@@ -78,6 +81,12 @@ class ZeroOptimizer final : public Optimizer {
   // one flat parameter ("exp_avg.0", "momentum_buffer.0", "step"): the
   // elements [Begin(rank), End(rank)) of the flattened parameters.
   std::vector<std::pair<std::string, at::Tensor>> State() const override { return inner_->State(); }
+  // The partition's state, and the flat fp32 copy of its parameters and
+  // their gradients that the inner optimiser steps: 8 bytes a parameter of
+  // the partition beside AdamW's 8 (parallel::PlanStrategy counts the same).
+  int64_t state_bytes() const override {
+    return inner_->state_bytes() + 2 * own_.numel() * static_cast<int64_t>(sizeof(float));
+  }
 
   const ZeroLayout& layout() const { return layout_; }
   int rank() const { return rank_; }
@@ -88,12 +97,14 @@ class ZeroOptimizer final : public Optimizer {
   // Copies elements [Begin, End) of the flattened tensors `from` (each the
   // same shape as its parameter) into `to` (a flat chunk), or back.
   void Slice(const std::vector<at::Tensor>& from, at::Tensor& to) const;
+  // Copies `src` into the flattened parameters from element `begin`,
+  // dropping what lies at or past `end` (the last chunk's padding).
+  void Place(const at::Tensor& src, int64_t begin, int64_t end);
 
   std::vector<at::Tensor> params_;
   ZeroLayout layout_;
   int rank_ = 0;
-  at::Tensor own_;       // this rank's chunk of the parameters, with .grad its gradients
-  at::Tensor gathered_;  // world x chunk, the all-gather's output
+  at::Tensor own_;  // this rank's chunk of the parameters, with .grad its gradients
   std::unique_ptr<Optimizer> inner_;
 };
 

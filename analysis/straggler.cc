@@ -8,7 +8,9 @@
 namespace firedrill::analysis {
 
 double RankBusyMs(const v1::RankStatus& r) {
-  return std::max(0.0, r.step_ms() - r.comm_ms() - r.checkpoint_ms());
+  // A pipeline stage blocked on its neighbour is waiting, as a rank in the
+  // gradient all-reduce is.
+  return std::max(0.0, r.step_ms() - r.comm_ms() - r.pp_wait_ms() - r.checkpoint_ms());
 }
 
 int FindStraggler(const v1::SessionStatus& st, double min_ratio, std::string* why) {

@@ -85,13 +85,24 @@ v1::ApplyFixRequest WrongFix(const v1::Scenario& sc, int culprit) {
   // The host that went down replaced, the job resumed from `latest` again.
   else if (id == "restart-loop" || id == "power-cut") f.add_replace_host_ranks(culprit);
   else if (id == "mig-slices") set("comm.bucket_mb", "1");  // smaller buckets: the activations stay
+  // Recomputing activations where they are not what overflows the device.
+  else if (id == "new-recipe" || id == "adamw-migration")
+    set("model.activation_checkpointing", "true");
+  else if (id == "deeper-model")
+    set("optim.zero_stage", "1");  // the state partitioned: weights and gradients stay whole
+  else if (id == "new-base-image")
+    set("data.num_workers", "2");  // more loader workers: the compute threads stay two a rank
   // All of the state loaded, from `latest`: written after the lossy restart.
   else if (id == "night-restart" || id == "data-audit") set("checkpoint.restore", "all");
   else if (id == "after-the-outage") set("checkpoint.every", "50");  // five times fewer writes, still far too many
   else if (id == "rack-failure") set("grad_accum_steps", "2"), set("data.batch_size", "16");  // accumulated, still 64 a step
   else if (id == "board-failure")
     set("optim.zero_stage", "0");  // replicate the state: the checkpoint is still sharded
-  else f.add_replace_host_ranks(culprit >= 0 ? (culprit + 1) % world : 0);     // a healthy host
+  else {
+    // A healthy host: the next one, past the culprit's host-mates.
+    const int per_host = std::max(1, sc.cluster().ranks_per_host());
+    f.add_replace_host_ranks(culprit >= 0 ? (culprit / per_host * per_host + per_host) % world : 0);
+  }
   return f;
 }
 

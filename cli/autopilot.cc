@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <deque>
 #include <exception>
 #include <functional>
-#include <chrono>
-#include <cstdlib>
-#include <cmath>
-#include <deque>
 #include <map>
 #include <thread>
 
@@ -15,10 +15,13 @@
 #include "cli/client.h"
 #include "cli/demo.h"
 #include "cli/flight_recorder.h"
+#include "cli/memory_fix.h"
 #include "cli/metrics.h"
 #include "cli/output.h"
+#include "cli/plan.h"
 #include "cli/probe.h"
 #include "common/stats.h"
+#include "parallel/mesh.h"
 
 namespace firedrill::cli {
 
@@ -354,6 +357,178 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st, const std::
     return out;
   }
 
+  // 1b'. More compute threads on a host than CPUs its processes may run
+  // on: each rank's intra-op pool as wide as the node, several ranks to the
+  // node. Their threads wait for cores the others hold, and a rank more
+  // adds nothing.
+  {
+    AutopilotFinding of;
+    std::map<std::string, std::pair<int, int>> on_host;  // host -> (compute threads, CPUs)
+    std::map<std::string, int> ranks_on;
+    for (const auto* r : live) {
+      auto& h = on_host[r->host()];
+      h.first += std::max(1, r->compute_threads());
+      h.second = std::max(h.second, r->cpus());
+      ++ranks_on[r->host()];
+    }
+    for (const auto& [host, h] : on_host) {
+      if (h.second <= 0 || h.first <= h.second || job.threads_per_rank() <= 1 || VsBaseline(st) >= 0.85)
+        continue;
+      const int per_rank = std::max(1, h.second / ranks_on[host]);
+      if (per_rank >= job.threads_per_rank()) continue;
+      of.found = true;
+      of.cause = "device-oversubscription";
+      of.evidence = context + host + " runs " + std::to_string(ranks_on[host]) + " ranks of " +
+                    std::to_string(job.threads_per_rank()) + " compute threads each (threads_per_rank) on " +
+                    std::to_string(h.second) + " CPUs, at " + Num(VsBaseline(st), 2) +
+                    "x the healthy baseline's throughput: " + std::to_string(h.first) +
+                    " threads take turns on the cores, and every parallel region waits for the slowest. One "
+                    "compute stream per core: " +
+                    std::to_string(per_rank) + " thread(s) a rank.";
+      Set(&of.fix, "threads_per_rank", std::to_string(per_rank));
+      out.push_back(of);
+      return out;
+    }
+  }
+  // 1c. A model-parallel layout that wastes the ranks. The job is slower
+  // than its baseline, and the time goes where the layout puts it: a
+  // pipeline's stages idle in its bubble, or tensor-parallel all-reduces
+  // take the step.
+  const int tp = std::max(1, job.parallel().tp()), pp = std::max(1, job.parallel().pp());
+  const int micro_batches = std::max(1, job.grad_accum_steps());
+  const double vs_baseline = VsBaseline(st);
+  AutopilotFinding lf;
+  // Tensor-parallel groups whose ranks sit on different hosts: their
+  // all-reduces, inside every block, go over the links between hosts
+  // instead of the ones inside a host. The hosts are the status's; the
+  // groups the mesh's from the job's order.
+  if (tp > 1 && vs_baseline > 0 && vs_baseline < 0.85) {
+    std::map<std::string, int> per_host;
+    for (const auto& r : st.ranks()) ++per_host[r.host()];
+    int ranks_per_host = 0;
+    bool even = !per_host.empty();
+    for (const auto& [h, n] : per_host) {
+      if (ranks_per_host == 0) ranks_per_host = n;
+      even = even && n == ranks_per_host;
+    }
+    // Ranks in rank order on their hosts, as the status lists them.
+    for (int i = 0; even && i < st.ranks_size(); ++i)
+      even = st.ranks(i).rank() == i &&
+             (i % ranks_per_host == 0 || st.ranks(i).host() == st.ranks(i - 1).host());
+    auto mesh = parallel::Mesh::Create(job.world_size(), tp, pp, job.parallel().order());
+    std::vector<double> shares;
+    for (const auto* r : live) shares.push_back(r->tp_comm_ms() / r->step_ms());
+    if (even && ranks_per_host > 1 && mesh.ok() && Median(shares) >= 0.2) {
+      bool crosses = false;
+      for (const auto& g : mesh->Groups(parallel::Dim::kTp))
+        crosses = crosses || parallel::CrossesHosts(g, ranks_per_host);
+      // The same order with tp innermost.
+      std::string order = "tp";
+      for (parallel::Dim d : mesh->order())
+        if (d != parallel::Dim::kTp) order += std::string("-") + parallel::DimName(d);
+      auto inside = parallel::Mesh::Create(job.world_size(), tp, pp, order);
+      bool fixed = inside.ok();
+      for (const auto& g : fixed ? inside->Groups(parallel::Dim::kTp) : std::vector<std::vector<int>>{})
+        fixed = fixed && !parallel::CrossesHosts(g, ranks_per_host);
+      if (crosses && fixed) {
+        lf.found = true;
+        lf.cause = "parallel-layout";
+        lf.evidence = context + "Tensor-parallel all-reduces take " + Pct(Median(shares)) +
+                      " of every rank's step (TP_COMM over STEP_MS), at " + Num(vs_baseline, 2) +
+                      "x the healthy baseline's throughput, and with the mesh order " + mesh->order_text() +
+                      " on hosts of " + std::to_string(ranks_per_host) +
+                      " ranks tensor-parallel groups span hosts (`firedrill mesh`): each block's "
+                      "all-reduces cross the links between hosts. With " +
+                      order +
+                      " each group's ranks are neighbours on one host; data-parallel and pipeline traffic, "
+                      "once a step and once a micro-batch, cross instead.";
+        Set(&lf.fix, "parallel.order", order);
+        out.push_back(lf);
+        return out;
+      }
+    }
+  }
+  if (pp > 1 && vs_baseline > 0 && vs_baseline < 0.85) {
+    std::vector<double> bubbles;
+    for (const auto* r : live) bubbles.push_back(r->pp_bubble_fraction());
+    const double bubble = Median(bubbles);
+    const double formula = static_cast<double>(pp - 1) / (micro_batches + pp - 1);
+    // The change from the baseline's (a pipeline that always ran this way
+    // idled as much before the incident).
+    const double before = st.baseline().pp_bubble_fraction();
+    if (bubble >= 0.3 && bubble - before >= 0.15) {
+      lf.found = true;
+      lf.cause = "pipeline-bubble";
+      lf.evidence =
+          context + "The ranks are a " + std::to_string(pp) + "-stage pipeline running " +
+          std::to_string(micro_batches) + " micro-batch" + (micro_batches > 1 ? "es" : "") +
+          " a step; each stage idles " + Pct(bubble) +
+          " of the step (the median BUBBLE%), against (p-1)/(m+p-1) = " + Pct(formula) +
+          " for p = " + std::to_string(pp) + ", m = " + std::to_string(micro_batches) +
+          " (the healthy baseline's: " + Pct(before) + "), at " + Num(vs_baseline, 2) +
+          "x the healthy baseline's throughput. More, smaller micro-batches for the same samples a step "
+          "fill the pipeline.";
+      // The smallest split of the micro-batch that brings the formula to
+      // 15% or less.
+      const int b = job.data().batch_size();
+      for (int k = 2; k <= b; ++k) {  // none for a micro-batch of 1: nothing left to split
+        if (b % k != 0) continue;
+        const int m = micro_batches * k;
+        if (static_cast<double>(pp - 1) / (m + pp - 1) > 0.15 && k < b) continue;
+        Set(&lf.fix, "data.batch_size", std::to_string(b / k));
+        Set(&lf.fix, "grad_accum_steps", std::to_string(m));
+        lf.evidence += " Micro-batch " + std::to_string(b / k) + " x " + std::to_string(m) +
+                       ": a bubble of " + Pct(static_cast<double>(pp - 1) / (m + pp - 1)) + ".";
+        break;
+      }
+      out.push_back(lf);
+      return out;
+    }
+  }
+  if (tp > 1 && vs_baseline > 0 && vs_baseline < 0.8) {
+    std::vector<double> shares;
+    for (const auto* r : live) shares.push_back(r->tp_comm_ms() / r->step_ms());
+    const double tp_share = Median(shares);
+    // The same model with the tensor-parallel ranks as data-parallel
+    // replicas instead, tp times as many: each accumulates tp times fewer
+    // micro-batches, or takes a tp-th of the micro-batch, for the same
+    // samples a step. Does it fit the device?
+    const int b = job.data().batch_size();
+    const bool fewer = micro_batches % tp == 0, smaller = !fewer && b % tp == 0;
+    auto shape = ShapeOfJob(job);
+    if (tp_share >= 0.25 && (fewer || smaller) && shape.ok()) {
+      parallel::Workload w = WorkloadOfJob(job);
+      if (fewer)
+        w.micro_batches = micro_batches / tp;
+      else
+        w.micro_batch = b / tp;
+      parallel::Strategy s;
+      s.pp = pp;
+      s.dp = std::max(1, job.world_size() / pp);
+      const int64_t budget = static_cast<int64_t>(job.memory().device_budget_mb() * 1024 * 1024);
+      const parallel::StrategyPlan plan = parallel::PlanStrategy(*shape, w, s, budget);
+      if (plan.fits && (budget <= 0 || plan.worst.total() <= 0.85 * budget)) {
+        lf.found = true;
+        lf.cause = "parallel-layout";
+        lf.evidence =
+            context + "Tensor-parallel all-reduces take " + Pct(tp_share) +
+            " of every rank's step (the median TP_COMM over STEP_MS), at " + Num(vs_baseline, 2) +
+            "x the healthy baseline's throughput: each block's two all-reduces forward and two backward "
+            "move a [batch, sequence, hidden] activation, on a model whose blocks take less time than "
+            "that. `firedrill plan` puts the whole model on each rank at " +
+            Bytes(plan.worst.total()) + (budget > 0 ? " of the device's " + Bytes(budget) : std::string()) +
+            " (" + s.Name() + "): data parallelism sends only the gradients, once a step.";
+        Set(&lf.fix, "parallel.tp", "1");
+        if (fewer)
+          Set(&lf.fix, "grad_accum_steps", std::to_string(micro_batches / tp));
+        else
+          Set(&lf.fix, "data.batch_size", std::to_string(b / tp));
+        out.push_back(lf);
+        return out;
+      }
+    }
+  }
+
   // 2. Padding: most of what is computed is not data, and more of it than
   // in the healthy baseline (which ran the same data).
   const double med_pad = Median(pad);
@@ -479,15 +654,17 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st, const std::
   // baseline's step with the straggler 1.7x busy, and a bar of 1.15 alone
   // reset the three looks' agreement for two minutes (seed 13; CI ran out
   // of its 180 s once). A rank must still pass the full bar to be found.
-  int was = -1;
+  // (A machine of several ranks: any of them.)
+  std::vector<int> was;
   if (held)
     for (const auto& h : *held)
-      if (h.cause == "straggler" && h.ranks.size() == 1) was = h.ranks[0];
-  if (slow < 0 && was >= 0 && computing) {
+      if (h.cause == "straggler") was.insert(was.end(), h.ranks.begin(), h.ranks.end());
+  const auto held_rank = [&](int r) { return std::find(was.begin(), was.end(), r) != was.end(); };
+  if (slow < 0 && !was.empty() && computing) {
     slow = analysis::FindStraggler(st, 1.2, &why);
-    if (slow != was) slow = -1;
+    if (!held_rank(slow)) slow = -1;
   }
-  const double step_bar = was >= 0 && slow == was ? 1.05 : 1.15;
+  const double step_bar = held_rank(slow) ? 1.05 : 1.15;
   // A straggler is what slows the job: its extra compute over the median
   // rank's must account for a good part of how much longer the step got
   // than in the baseline. On shared cores a rank's busy time swings by a
@@ -508,6 +685,20 @@ std::vector<AutopilotFinding> ReasonAll(const v1::SessionStatus& st, const std::
     f.cause = "straggler";
     f.ranks = {slow};
     f.evidence = context + why;
+    // A machine of several ranks computes slower as a whole: its other
+    // ranks as slow as this one are the same culprit.
+    std::string slow_host;
+    for (const auto* r : live)
+      if (r->rank() == slow) slow_host = r->host();
+    const double med_busy = Median(busy);
+    for (const auto* r : live) {
+      const double bar = held_rank(r->rank()) ? 1.2 : 1.3;  // as above
+      if (r->rank() == slow || r->host() != slow_host || analysis::RankBusyMs(*r) < bar * med_busy) continue;
+      f.ranks.push_back(r->rank());
+      f.evidence += " Rank " + std::to_string(r->rank()) + ", on the same host (" + slow_host + "), is " +
+                    Num(analysis::RankBusyMs(*r) / med_busy, 2) + "x the median busy time too.";
+    }
+    std::sort(f.ranks.begin(), f.ranks.end());
     f.fix.add_replace_host_ranks(slow);
     out.push_back(f);
   }
@@ -1301,6 +1492,15 @@ int PilotSession(CliContext& ctx, const std::string& id) {
       (void)client.EndSession(id, std::chrono::seconds(60));
       return 1;
     }
+  }
+  // A job that does not fit: which remedy, from `firedrill plan`'s
+  // predictions and the workload settings the brief lets a fix change.
+  for (auto& finding : findings) {
+    if (finding.cause != "out-of-memory") continue;
+    std::vector<std::string> may;
+    if (auto brief = client.GetScenario(st->session().scenario_id()); brief.ok())
+      may.assign(brief->may_change().begin(), brief->may_change().end());
+    finding = PlanMemoryFix(finding, st->job(), may);
   }
   v1::ApplyFixRequest fix;
   for (const auto& finding : findings) {

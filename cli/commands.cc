@@ -358,15 +358,21 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
           "allreduce | allgather | reducescatter | p2p | checksum (every parameter's hash on every rank) | "
           "resume (a save and resume from a checkpoint against the same steps straight, bitwise) | "
           "activations (each layer's output magnitudes on the last batch, forward only) | "
+          "scaling (the job's model trained on 1, 2, 4, ... of its ranks in turn: one device's rate, MFU "
+          "and what each more rank adds) | "
           "memory (each rank's measured breakdown beside the memory model's prediction; no run)")
       ->required()
-      ->check(CLI::IsMember(
-          {"allreduce", "allgather", "reducescatter", "p2p", "checksum", "resume", "activations", "memory"}));
+      ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "p2p", "checksum", "resume",
+                             "activations", "scaling", "memory"}));
   probe->add_option("-b,--min", probe_min, "smallest size (default 8; p2p: --max)");
   probe->add_option("-e,--max", probe_max, "largest size (default 16M; p2p: the message size, default 4M)");
   probe->add_option("-f,--factor", probe_factor, "size multiplier between rows (default 2)");
-  probe->add_option("-n,--iters", probe_iters, "timed iterations per size (default 20)");
-  probe->add_option("-w,--warmup", probe_warmup, "warm-up iterations per size (default 5)");
+  probe->add_option(
+      "-n,--iters", probe_iters,
+      "timed iterations per size (default 20; scaling: timed steps per rank count, default 10, at most 50)");
+  probe->add_option(
+      "-w,--warmup", probe_warmup,
+      "warm-up iterations per size (default 5; scaling: steps per rank count, default 2, at most 10)");
   probe->add_option("--from", probe_from, "resume: the checkpoint (its step) to start from (default: the newest that verifies)")
       ->check(CLI::PositiveNumber);
   probe->add_option("--steps", probe_steps, "resume: k, the steps before and after the save (default 10)")
@@ -538,7 +544,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     s->set_factor(probe_factor);
     s->set_iters(probe_iters);
     // The request's 0 means "the default (5)", so no warm-up cannot be asked for.
-    if (probe_warmup == 0) return Fail(ctx, InvalidArgument("--warmup must be at least 1 (the default is 5)"));
+    if (probe_warmup == 0)
+      return Fail(ctx, InvalidArgument("--warmup must be at least 1 (the default is 5; scaling: 2)"));
     s->set_warmup_iters(probe_warmup < 0 ? 0 : probe_warmup);
     s->set_from_step(probe_from);
     s->set_resume_steps(probe_steps);

@@ -48,6 +48,8 @@ std::vector<NodeView> NodeViews(const v1::TraceResponse& trace, int rank) {
     const v1::StepReport& last = r.steps(n - 1);
     v.first_step = first.step();
     v.last_step = last.step();
+    v.cpus = last.cpus();
+    v.compute_threads = last.compute_threads();
     v.cgroup = last.cpu().available();
     v.cgroup_error = last.cpu().error();
     v.quota_us = last.cpu().quota_us();
@@ -93,6 +95,9 @@ void PrintNode(const v1::TraceResponse& trace, const std::vector<NodeView>& view
     }
     Row(out, 4, "Steps", std::to_string(v.first_step) + ".." + std::to_string(v.last_step) + " (" +
                              std::to_string(v.steps) + ")");
+    Row(out, 4, "CPUs it may run on (nproc)", v.cpus > 0 ? std::to_string(v.cpus) : "unknown");
+    Row(out, 4, "Compute threads (OMP_NUM_THREADS)",
+        v.compute_threads > 0 ? std::to_string(v.compute_threads) : "unknown");
     Row(out, 4, "CPU bandwidth limit (cgroup cpu)", Limit(v));
     out << "    Throttling (cpu.stat, over the steps)\n";
     if (!v.cgroup || v.steps < 2) {
@@ -119,6 +124,8 @@ std::string NodeJson(const v1::TraceResponse& trace, const std::vector<NodeView>
                         {"steps", v.steps},
                         {"first_step", v.first_step},
                         {"last_step", v.last_step},
+                        {"cpus", v.cpus},
+                        {"compute_threads", v.compute_threads},
                         {"cgroup_readable", v.cgroup},
                         {"quota_us", v.quota_us},
                         {"period_us", v.period_us},

@@ -30,6 +30,8 @@ struct NodeView {
   double throttled_ms_per_step = 0;
   // Per step, means over the window.
   double step_ms = 0, cpu_ms = 0, wait_ms = 0, off_cpu_ms = 0, comm_wait_ms = 0;
+  // The process's CPUs (nproc) and its compute threads (OMP_NUM_THREADS), latest.
+  int cpus = 0, compute_threads = 0;
 };
 
 // One view per rank of `trace` (steps in the trace's order), `rank` < 0: all.

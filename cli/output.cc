@@ -9,8 +9,9 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <iterator>
 #include <iostream>
+#include <iterator>
+#include <map>
 #include <utility>
 
 #include "scenario/job_keys.h"
@@ -176,8 +177,11 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     padding |= r.padding_fraction() > 0;
     mem |= r.mem_peak_bytes() > 0;
     mesh |= r.has_mesh();
-    pipeline |= r.mesh().pp_size() > 1;
   }
+  // Every model-parallel job gets the same columns, a pipeline or not: a
+  // column only pipelines had would say which layout a drill is about
+  // before its numbers do.
+  pipeline = mesh;
   std::vector<std::string> header = {"RANK", "HOST"};
   if (mesh) header.push_back("TP/DP/PP");
   header.insert(header.end(), {"STATE", "STEP", "STEP_MS", "SAMPLES/S"});
@@ -212,7 +216,11 @@ void PrintStatus(const v1::SessionStatus& st, std::ostream& out) {
     row.insert(row.end(), {r.mfu() > 0 ? Num(100 * r.mfu(), 1) : "-", Num(r.data_ms(), 1),
                            Num(r.forward_ms(), 1), Num(r.backward_ms(), 1), Num(r.comm_ms(), 1)});
     if (mesh) row.push_back(Num(r.tp_comm_ms(), 1));
-    if (pipeline) row.insert(row.end(), {Num(r.pp_wait_ms(), 1), Num(100 * r.pp_bubble_fraction(), 1)});
+    if (pipeline) {
+      const bool staged = r.mesh().pp_size() > 1;
+      row.insert(row.end(), {staged ? Num(r.pp_wait_ms(), 1) : "-",
+                             staged ? Num(100 * r.pp_bubble_fraction(), 1) : "-"});
+    }
     row.insert(row.end(), {Num(r.optim_ms(), 1), Num(r.checkpoint_ms(), 1), Num(r.loss(), 3)});
     if (mem) row.push_back(r.mem_peak_bytes() > 0 ? Bytes(r.mem_peak_bytes()) : "-");
     row.insert(row.end(), {Num(r.busy_vs_median(), 2), r.slow() ? "SLOW" : ""});
@@ -418,8 +426,9 @@ void PrintConfig(const v1::SessionStatus& st, std::ostream& out) {
   // where the job leaves them out: the model's normalisation, the mlp's
   // feature units and their normalisation, the learning
   // rate's warm-up, how the optimiser's state is laid out,
-  // how the launcher restarts the job and how a resume reads a checkpoint
-  // are part of every job, not only of the ones that set them.
+  // how the launcher restarts the job, how a resume reads a checkpoint
+  // and how the model is laid out across the ranks are part of every job,
+  // not only of the ones that set them.
   const v1::JobSpec& j = st.job();
   std::vector<std::pair<std::string, std::string>> defaults = {
       {"model.norm", j.model().kind() == "gpt-tiny" ? "layer" : "none"},
@@ -428,6 +437,11 @@ void PrintConfig(const v1::SessionStatus& st, std::ostream& out) {
       {"checkpoint.load", "resharded"},
       {"elastic.max_restarts", "0"},
       {"elastic.min_nodes", std::to_string(j.world_size())},
+      // Every job has a layout across its ranks; data parallelism is one.
+      {"parallel.tp", "1"},
+      {"parallel.pp", "1"},
+      {"parallel.order", "tp-dp-pp"},
+      {"parallel.schedule", "1f1b"},
   };
   if (j.model().kind() != "gpt-tiny") {
     // The mlp's features have units (1: their own); the pipeline may

@@ -40,15 +40,18 @@ std::shared_ptr<PlanCommand> AddPlanCommand(CLI::App& app) {
   c->cmd->add_option("--vocab", c->shape.vocab, "with --hidden: vocabulary")->capture_default_str();
   c->cmd->add_option("--mlp-ratio", c->shape.mlp_ratio, "with --hidden: MLP width / d_model")
       ->capture_default_str();
-  c->cmd->add_option("--micro-batch", c->work.micro_batch, "with --hidden: sequences per micro-batch")
-      ->capture_default_str();
-  c->cmd->add_option("--micro-batches", c->work.micro_batches, "with --hidden: micro-batches per step")
-      ->capture_default_str();
-  c->cmd->add_option("--optimizer", c->optimizer, "with --hidden: adamw | sgd (with momentum)")
+  // The workload's own: they change the session's job's too (what if).
+  c->cmd->add_option("--micro-batch", c->work.micro_batch, "sequences per micro-batch (default: the job's)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  c->cmd->add_option("--micro-batches", c->work.micro_batches, "micro-batches per step (default: the job's)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  c->cmd->add_option("--optimizer", c->optimizer, "adamw | sgd (with momentum) (default: the job's)")
       ->capture_default_str()
       ->check(CLI::IsMember({"adamw", "sgd"}));
   c->cmd->add_flag("--checkpointing", c->work.activation_checkpointing,
-                   "with --hidden: activation checkpointing");
+                   "activation checkpointing (default: the job's)");
   return c;
 }
 
@@ -196,7 +199,16 @@ std::optional<int> RunPlanCommand(PlanCommand& c, CliContext& ctx, DrillClient& 
   if (!g.ok()) return Fail(ctx, g.status());
   const int world = c.world > 0 ? c.world : st->job().world_size();
   const double mb = c.budget_mb >= 0 ? c.budget_mb : st->job().memory().device_budget_mb();
-  return Plan(ctx, *g, WorkloadOfJob(st->job()), world, BudgetBytes(mb));
+  Workload w = WorkloadOfJob(st->job());
+  if (c.cmd->count("--micro-batch") > 0) w.micro_batch = c.work.micro_batch;
+  if (c.cmd->count("--micro-batches") > 0) w.micro_batches = c.work.micro_batches;
+  if (c.cmd->count("--optimizer") > 0) {
+    // SGD as the job runs it where it is the job's; with momentum otherwise.
+    if (c.optimizer != w.optimizer) w.momentum = true;
+    w.optimizer = c.optimizer;
+  }
+  if (c.cmd->count("--checkpointing") > 0) w.activation_checkpointing = true;
+  return Plan(ctx, *g, w, world, BudgetBytes(mb));
 }
 
 void PrintMemoryProbe(const v1::SessionStatus& st, std::ostream& out) {

@@ -199,7 +199,31 @@ void PrintResume(const v1::RunProbeResponse& r, std::ostream& out) {
 
 }  // namespace
 
+static void PrintScaling(const v1::RunProbeResponse& r, std::ostream& out) {
+  out << "# firedrill probe scaling: the job's model trained data-parallel on its first 1, 2, 4, ... of "
+      << r.world_size() << " ranks in turn (the others idle), after step " << r.step()
+      << "; each rank's last "
+      << "batch, forward and backward, the gradients all-reduced in one buffer, no optimiser step; "
+      << r.spec().iters() << " timed steps after " << r.spec().warmup_iters() << "\n";
+  PrintRanks(r, out);
+  Table t({"RANKS", "STEP_MS", "COMM_MS", "SAMPLES/S", "PER RANK", "EFFICIENCY", "MFU%"});
+  for (const auto& s : r.scaling())
+    t.Add({std::to_string(s.ranks()), Num(s.step_ms(), 1), Num(s.comm_ms(), 1), Num(s.samples_per_s()),
+           Num(s.ranks() > 0 ? s.samples_per_s() / s.ranks() : 0), Num(100 * s.efficiency(), 0) + "%",
+           s.mfu() > 0 ? Num(100 * s.mfu(), 1) : "-"});
+  t.Print(out);
+  out << "# STEP_MS: the slowest taking part (they all-reduce every step); EFFICIENCY: samples/s over RANKS "
+         "x "
+         "one rank's; MFU%: model FLOPs per second over the rank's measured matmul peak (a slowed host's "
+         "quota "
+         "is lifted while a probe runs)\n";
+}
+
 void PrintProbe(const v1::RunProbeResponse& r, std::ostream& out) {
+  if (r.spec().op() == "scaling") {
+    PrintScaling(r, out);
+    return;
+  }
   if (r.spec().op() == "resume") {
     PrintResume(r, out);
     return;

@@ -78,6 +78,8 @@ StatusOr<pid_t> Launcher::Launch(const std::string& agent_id, const std::string&
       return Unavailable("host " + host + ": cannot open " + where.netns_path + ": " + std::strerror(errno));
   }
   static constexpr char kSetnsFailed[] = "firedrill-agent: could not join the host's network namespace (setns)\n";
+  static constexpr char kAffinityFailed[] =
+      "firedrill-agent: could not pin to the host's CPUs (sched_setaffinity)\n";
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -99,6 +101,10 @@ StatusOr<pid_t> Launcher::Launch(const std::string& agent_id, const std::string&
   for (auto& e : env_store) envp.push_back(e.data());
   envp.push_back(nullptr);
   const pid_t parent = getpid();
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int c : where.cpus)
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &cpus);
 
   std::lock_guard<std::mutex> lock(mu_);
   const pid_t pid = fork();
@@ -115,6 +121,11 @@ StatusOr<pid_t> Launcher::Launch(const std::string& agent_id, const std::string&
     }
     if (netns.fd >= 0 && setns(netns.fd, CLONE_NEWNET) != 0) {
       (void)!write(2, kSetnsFailed, sizeof kSetnsFailed - 1);
+      _exit(126);
+    }
+    // The host's cores: inherited by the trainer processes the agent starts.
+    if (!where.cpus.empty() && sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
+      (void)!write(2, kAffinityFailed, sizeof kAffinityFailed - 1);
       _exit(126);
     }
     const int devnull = open("/dev/null", O_RDONLY);

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/status.h"
 
@@ -24,6 +25,7 @@ struct Placement {
   std::string netns_path;  // /run/netns/<ns>; empty: the controller's namespace
   std::string address;     // the host's address there (--advertise-host, --bind-host)
   std::string ifname;      // its own interface there (--link-ifname)
+  std::vector<int> cpus;   // the CPUs the agent (and what it starts) may run on; empty: all
 };
 
 class Launcher {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/subprocess.h"
+#include "common/tc.h"
 
 namespace firedrill::controller {
 
@@ -31,10 +32,11 @@ std::string RandomTag() {
 
 // Only names this code makes are ever deleted, whatever a ledger says:
 // fd-<tag>-<n> and fd-probe-<pid> namespaces; fdb<tag> bridges,
-// fdv<tag><n> veths (and the probe's fdv<tag>p).
+// fdv<tag><n> veths (and the probe's fdv<tag>p), fdi<tag><n> ifb devices
+// (a shaped host's traffic into the bridge).
 bool Ours(const std::string& kind, const std::string& name) {
   static const std::regex netns("fd-([0-9a-f]{6}-[0-9]{1,3}|probe-[0-9]{1,10})");
-  static const std::regex link("fd(b[0-9a-f]{6}|v[0-9a-f]{6}([0-9]{1,3}|p))");
+  static const std::regex link("fd(b[0-9a-f]{6}|v[0-9a-f]{6}([0-9]{1,3}|p)|i[0-9a-f]{6}[0-9]{1,3})");
   if (kind == "netns") return std::regex_match(name, netns);
   if (kind == "link") return std::regex_match(name, link);
   return false;
@@ -223,6 +225,54 @@ StatusOr<NetnsHost> NetnsFabric::AddHost(const std::string& host_name) {
   return h;
 }
 
+Status NetnsFabric::ShapeHost(const std::string& host_name, double bandwidth_gbps) {
+  if (!(bandwidth_gbps > 0)) return InvalidArgument("a host's link needs a bandwidth > 0 GB/s");
+  // One shaping at a time: a host's ifb is made once.
+  std::lock_guard<std::mutex> shaping(shape_mu_);
+  NetnsHost h;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = hosts_.find(host_name);
+    if (it == hosts_.end()) return NotFound("no namespace for host " + host_name);
+    h = it->second;
+  }
+  // Toward the host: the bridge's port to it.
+  FD_RETURN_IF_ERROR(RunChecked(TbfCommand(h.host_veth, bandwidth_gbps)));
+  if (h.ifb.empty()) {
+    // From the host: what arrives on that port goes out through the ifb.
+    const std::string ifb = "fdi" + tag_ + std::to_string(h.index);
+    FD_RETURN_IF_ERROR(Make("link", ifb, {"ip", "link", "add", ifb, "type", "ifb"}));
+    const std::vector<std::vector<std::string>> steps = {
+        {"ip", "link", "set", ifb, "up"},
+        {"tc", "qdisc", "add", "dev", h.host_veth, "handle", "ffff:", "ingress"},
+        {"tc",    "filter", "add", "dev", h.host_veth, "parent", "ffff:",  "protocol", "all", "u32",
+         "match", "u32",    "0",   "0",   "action",    "mirred", "egress", "redirect", "dev", ifb},
+    };
+    for (const auto& cmd : steps) {
+      if (Status st = RunChecked(cmd); !st.ok()) {
+        (void)RunCommand({"tc", "qdisc", "del", "dev", h.host_veth, "ingress"});  // and its filter, if made
+        if (Remove("link", ifb).ok()) (void)Forget("link", ifb);
+        return Status(st.code(),
+                      "host " + host_name +
+                          ": shaping its link (a kernel without ifb devices cannot): " + st.message());
+      }
+    }
+    h.ifb = ifb;
+    bool gone = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = hosts_.find(host_name);
+      gone = it == hosts_.end();
+      if (!gone) it->second.ifb = ifb;
+    }
+    if (gone) {  // removed meanwhile: nothing would remove its ifb
+      if (Remove("link", ifb).ok()) (void)Forget("link", ifb);
+      return NotFound("host " + host_name + " was removed while its link was being shaped");
+    }
+  }
+  return RunChecked(TbfCommand(h.ifb, bandwidth_gbps));
+}
+
 Status NetnsFabric::RemoveHost(const std::string& host_name) {
   NetnsHost h;
   {
@@ -236,6 +286,10 @@ Status NetnsFabric::RemoveHost(const std::string& host_name) {
   if (st.ok()) (void)Forget("netns", h.netns);
   Status l = Remove("link", h.host_veth);
   if (l.ok()) (void)Forget("link", h.host_veth);
+  if (!h.ifb.empty() && l.ok()) {
+    l = Remove("link", h.ifb);
+    if (l.ok()) (void)Forget("link", h.ifb);
+  }
   if (!st.ok() || !l.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     stuck_.insert(h.index);  // its names are still taken: never handed out again

@@ -31,6 +31,7 @@ struct NetnsHost {
   std::string address;    // its eth0 address ("198.18.7.6")
   std::string ifname;     // "eth0", inside the namespace
   std::string host_veth;  // the bridge side, in the root namespace ("fdv1a2b3c4")
+  std::string ifb;        // where its traffic into the bridge is shaped (ShapeHost); "" if it is not
   int index = 0;          // its place in the fabric: address .index+2, MAC 02:fd:<tag>:<index>
 };
 
@@ -47,6 +48,13 @@ class NetnsFabric {
 
   // A new namespace for `host_name` (a name may be added once).
   StatusOr<NetnsHost> AddHost(const std::string& host_name);
+  // Caps everything `host_name` sends to and receives from the other hosts
+  // at `bandwidth_gbps` (GB/s), both ways, as a host behind a slower link
+  // than the ones inside it: a tc tbf on the bridge's port to it, and one
+  // on an ifb device its traffic into the bridge is redirected through.
+  // Its own eth0 is left alone (a slow_link fault's agent shapes that),
+  // and what its ranks send each other never leaves its namespace.
+  Status ShapeHost(const std::string& host_name, double bandwidth_gbps);
   Status RemoveHost(const std::string& host_name);
   StatusOr<NetnsHost> Host(const std::string& host_name) const;
 
@@ -78,6 +86,7 @@ class NetnsFabric {
   std::string ledger_, tag_, bridge_, gateway_, prefix_;  // prefix_: "198.18.7."
   mutable std::mutex mu_;         // hosts_, stuck_, next_index_
   mutable std::mutex ledger_mu_;  // the ledger file
+  std::mutex shape_mu_;           // ShapeHost, one at a time
   static constexpr int kMaxHosts = 253;  // .2 to .254 of the fabric's /24
   std::map<std::string, NetnsHost> hosts_;
   std::set<int> stuck_;  // indices whose objects could not be removed

@@ -15,6 +15,20 @@ StatusOr<v1::ProbeSpec> NormalizeProbeSpec(const v1::ProbeSpec& in) {
   const std::string& op = s.op();
   // Not collectives: each rank hashes its own parameters, or runs its own
   // forward pass (no sizes).
+  // The job's own model on 1, 2, 4, ... ranks: iterations, no sizes.
+  if (op == "scaling") {
+    if (s.min_bytes() != 0 || s.max_bytes() != 0 || s.factor() != 0)
+      return InvalidArgument(
+          "probe scaling trains the job's own model: it takes no sizes (--iters, --warmup)");
+    if (s.from_step() != 0 || s.resume_steps() != 0)
+      return InvalidArgument("probe scaling: --from and --steps are probe resume's");
+    if (s.iters() == 0) s.set_iters(10);
+    if (s.warmup_iters() == 0) s.set_warmup_iters(2);
+    // (Its idle ranks wait out the others' steps: bounded.)
+    if (s.iters() < 1 || s.iters() > 50 || s.warmup_iters() < 1 || s.warmup_iters() > 10)
+      return InvalidArgument("probe scaling: --iters must be 1 to 50 and --warmup 1 to 10");
+    return s;
+  }
   if (op == "checksum" || op == "activations") {
     if (s.min_bytes() != 0 || s.max_bytes() != 0 || s.factor() != 0 || s.iters() != 0 || s.warmup_iters() != 0)
       return InvalidArgument(
@@ -37,7 +51,7 @@ StatusOr<v1::ProbeSpec> NormalizeProbeSpec(const v1::ProbeSpec& in) {
   const collectives::Collective* c = collectives::Find(op);
   if (c == nullptr || !c->probe)
     return InvalidArgument("probe: unknown op '" + op + "'; known: " + collectives::ProbeNames() +
-                           ", checksum, resume, activations");
+                           ", checksum, resume, activations, scaling");
   constexpr int64_t kMiB = 1 << 20;
   if (s.max_bytes() == 0) s.set_max_bytes(op == "p2p" ? 4 * kMiB : 16 * kMiB);
   if (s.min_bytes() == 0) s.set_min_bytes(op == "p2p" ? s.max_bytes() : 8);
@@ -216,6 +230,55 @@ StatusOr<v1::RunProbeResponse> MergeProbeReports(const v1::ProbeSpec& spec, int 
         if (a.inf() + a.nan() > 0) m.set_ranks_nonfinite(m.ranks_nonfinite() + 1);
       }
       *out.add_activations() = m;
+    }
+    return out;
+  }
+  if (spec.op() == "scaling") {
+    // Per size, the ranks that took part: the step is as slow as the
+    // slowest of them (they all-reduce every step).
+    std::map<int, v1::ScalingRow> by_ranks;
+    std::map<int, double> mfu_sum;
+    std::map<int, int> took_part;
+    for (const auto& rep : reports) {
+      for (const auto& row : rep.scaling()) {
+        // The first `ranks` ranks take part in a size, each once.
+        if (rep.rank() >= row.ranks())
+          return Internal("probe scaling: rank " + std::to_string(rep.rank()) + " reported the " +
+                          std::to_string(row.ranks()) + "-rank step, which only ranks below " +
+                          std::to_string(row.ranks()) + " run");
+        v1::ScalingRow& m = by_ranks[row.ranks()];
+        m.set_ranks(row.ranks());
+        m.set_step_ms(std::max(m.step_ms(), row.step_ms()));
+        m.set_comm_ms(std::max(m.comm_ms(), row.comm_ms()));
+        m.set_samples_per_step(row.samples_per_step());
+        mfu_sum[row.ranks()] += row.mfu();
+        ++took_part[row.ranks()];
+      }
+    }
+    if (by_ranks.empty() || !by_ranks.count(1))
+      return Internal("probe scaling: no rank measured the one-rank step");
+    // The sizes the ranks run: 1, 2, 4, ... below the world, then the world.
+    std::set<int> want;
+    for (int n = 1; n < world; n *= 2) want.insert(n);
+    want.insert(world);
+    for (int n : want)
+      if (!by_ranks.count(n))
+        return Internal("probe scaling: no rank reported the " + std::to_string(n) + "-rank step");
+    for (const auto& [n, m] : by_ranks)
+      if (!want.count(n))
+        return Internal("probe scaling: a " + std::to_string(n) +
+                        "-rank step is not one of the sizes run on " + std::to_string(world) + " ranks");
+    for (auto& [n, m] : by_ranks) {
+      if (took_part[n] != n)
+        return Internal("probe scaling: " + std::to_string(took_part[n]) + " rank(s) reported the " +
+                        std::to_string(n) + "-rank step, not " + std::to_string(n));
+      m.set_mfu(mfu_sum[n] / n);
+      m.set_samples_per_s(m.step_ms() > 0 ? n * m.samples_per_step() * 1000.0 / m.step_ms() : 0);
+    }
+    const double one = by_ranks[1].samples_per_s();
+    for (auto& [n, m] : by_ranks) {
+      m.set_efficiency(one > 0 ? m.samples_per_s() / (n * one) : 0);
+      *out.add_scaling() = m;
     }
     return out;
   }

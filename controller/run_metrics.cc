@@ -67,6 +67,8 @@ void FillRankWindow(const std::vector<v1::StepReport>& steps, int window, v1::Ra
     out->set_pp_bubble_fraction(bubble / k);
   }
   out->set_peak_flops_per_s(last.peak_flops_per_s());
+  out->set_cpus(last.cpus());
+  out->set_compute_threads(last.compute_threads());
   // Model FLOPs utilisation: useful model FLOPs per second over the rank's
   // measured peak matmul rate.
   out->set_mfu(last.peak_flops_per_s() > 0 ? flops / k / last.peak_flops_per_s() : 0.0);
@@ -153,7 +155,7 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
   // Steps per ms of the slowest rank over its window, end to end (a rank
   // that reported fewer steps is rated on its own).
   double slowest_rate = std::numeric_limits<double>::infinity();
-  double data = 0, compute = 0, comm = 0, pad = 0, tokens = 0, loss = 0;
+  double data = 0, compute = 0, comm = 0, pad = 0, tokens = 0, loss = 0, bubble = 0, tp_comm = 0;
   int64_t n = 0, skipped = 0;
   int64_t measured = count;
   for (const auto& steps : per_rank) {
@@ -170,6 +172,8 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
       compute += s.forward_ms() + s.backward_ms();
       comm += s.comm_ms();
       pad += s.padding_fraction();
+      bubble += s.pp_bubble_fraction();
+      tp_comm += s.tp_comm_ms();
       loss += s.loss();  // NaN and inf stay in the sum: a non-finite step shows
       skipped += s.skipped() ? 1 : 0;
       ++n;
@@ -203,6 +207,8 @@ WindowStats MeasureWindow(const std::vector<std::vector<v1::StepReport>>& per_ra
   out.compute_ms = compute / static_cast<double>(n);
   out.comm_ms = comm / static_cast<double>(n);
   out.padding_fraction = pad / static_cast<double>(n);
+  out.pp_bubble_fraction = bubble / static_cast<double>(n);
+  out.tp_comm_ms = tp_comm / static_cast<double>(n);
   out.mean_loss = loss / static_cast<double>(n);
   out.skipped_fraction = static_cast<double>(skipped) / static_cast<double>(n);
   return out;
@@ -259,6 +265,8 @@ void FillSummary(const WindowStats& w, v1::RunSummary* out) {
   out->set_comm_ms(w.comm_ms);
   out->set_padding_fraction(w.padding_fraction);
   out->set_clock_samples_per_s(w.clock_samples_per_s);
+  out->set_pp_bubble_fraction(w.pp_bubble_fraction);
+  out->set_tp_comm_ms(w.tp_comm_ms);
 }
 
 bool VerdictDecided(const std::vector<MeasuredPair>& pairs, int planned, const v1::VerifySpec& spec) {

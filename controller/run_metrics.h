@@ -18,7 +18,7 @@ using ::firedrill::Median;
 // A rank's busy time in a step: everything but waiting for peers in the
 // gradient all-reduce. In synchronous data parallel every rank's step time
 // equals the slowest rank's, so busy time is what tells ranks apart.
-inline double BusyMs(const v1::StepReport& s) { return s.step_ms() - s.comm_ms(); }
+inline double BusyMs(const v1::StepReport& s) { return s.step_ms() - s.comm_ms() - s.pp_wait_ms(); }
 
 // The fault's onset as step `s` of the faulty run shows it: the step's start
 // (ms since the epoch) when it is at or past the earliest trigger step of
@@ -87,6 +87,10 @@ struct WindowStats {
   double compute_ms = 0;                // forward + backward
   double comm_ms = 0;                   // exposed collective wait
   double padding_fraction = 0;
+  // Model-parallel jobs: the pipeline's measured bubble (a stage's idle
+  // share of the schedule) and the tensor-parallel all-reduces' time.
+  double pp_bubble_fraction = 0;
+  double tp_comm_ms = 0;
   // The training signals: mean loss over ranks and steps (NaN or inf when
   // any step's loss was), and the share of steps whose optimiser update was
   // skipped (inf/NaN gradients).

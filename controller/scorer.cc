@@ -243,7 +243,8 @@ v1::ScoreReport Score(const ScoreInputs& in) {
                         std::to_string(revisions) + " revision(s) of the diagnosis x " +
                             std::to_string(RevisionCost(rub)));
   const std::vector<std::string> collateral =
-      rec.fix_applied() ? CollateralActions(rec, rec.fix()) : std::vector<std::string>{};
+      rec.fix_applied() ? CollateralActions(rec, rec.fix(), sc.cluster().ranks_per_host())
+                        : std::vector<std::string>{};
   for (const auto& c : collateral) r.add_collateral(c);
   *r.add_items() = Item("collateral", -static_cast<int>(collateral.size()) * CollateralCost(rub), 0,
                         std::to_string(collateral.size()) + " collateral action(s) x " +
@@ -291,7 +292,12 @@ std::set<int> CulpritRanks(const v1::SessionRecord& record) {
 bool MatchesRemediation(const v1::Scenario& scenario, const v1::SessionRecord& record,
                         const v1::ApplyFixRequest& fix) {
   const std::vector<v1::ResolvedFault> faults(record.faults().begin(), record.faults().end());
-  const std::set<int> replaced(fix.replace_host_ranks().begin(), fix.replace_host_ranks().end());
+  // A host is replaced whole, whichever of its ranks named it: compared by
+  // hosts (ranks_per_host consecutive ranks each, which move together).
+  const int per_host = std::max(1, scenario.cluster().ranks_per_host());
+  auto host_of = [&](int rank) { return rank / per_host; };
+  std::set<int> replaced;
+  for (int r : fix.replace_host_ranks()) replaced.insert(host_of(r));
   const bool empty = replaced.empty() && fix.settings().empty();
   for (const auto& rem : scenario.remediations()) {
     if (rem.actions_size() == 0) continue;
@@ -302,8 +308,8 @@ bool MatchesRemediation(const v1::Scenario& scenario, const v1::SessionRecord& r
     for (const auto& a : rem.actions()) {
       if (a.has_replace_host()) {
         auto rank = faults::ResolveRankRef(a.replace_host(), faults);
-        all = all && rank.ok() && replaced.count(*rank);
-        if (rank.ok()) hosts.insert(*rank);
+        all = all && rank.ok() && replaced.count(host_of(*rank));
+        if (rank.ok()) hosts.insert(host_of(*rank));
       } else if (a.has_set()) {
         bool found = false;
         for (int i = 0; i < fix.settings_size(); ++i) {
@@ -336,13 +342,24 @@ bool MatchesRemediation(const v1::Scenario& scenario, const v1::SessionRecord& r
   return false;
 }
 
-std::vector<std::string> CollateralActions(const v1::SessionRecord& record, const v1::ApplyFixRequest& fix) {
+std::vector<std::string> CollateralActions(const v1::SessionRecord& record, const v1::ApplyFixRequest& fix,
+                                           int ranks_per_host) {
   const std::set<int> culprits = CulpritRanks(record);
   std::vector<std::string> out;
-  std::set<int> seen;
+  // One action per host replaced: naming two ranks of one machine replaces
+  // it once (its ranks move together).
+  const int per_host = std::max(1, ranks_per_host);
+  std::set<int> culprit_hosts;
+  for (int r : culprits) culprit_hosts.insert(r / per_host);
+  std::set<int> seen_hosts;
   for (int r : fix.replace_host_ranks()) {
-    if (culprits.count(r) || !seen.insert(r).second) continue;
-    out.push_back("replaced the host of rank " + std::to_string(r) + ", which is not a culprit");
+    if (culprit_hosts.count(r / per_host) || !seen_hosts.insert(r / per_host).second) continue;
+    out.push_back(per_host == 1
+                      ? "replaced the host of rank " + std::to_string(r) + ", which is not a culprit"
+                      : "replaced the host of rank " + std::to_string(r) + " (ranks " +
+                            std::to_string(r / per_host * per_host) + "-" +
+                            std::to_string(r / per_host * per_host + per_host - 1) +
+                            "), which holds no culprit");
   }
   // Restarting from scratch throws away every checkpoint the job wrote.
   bool cadence_set = false;  // a fix that also turns checkpoints off still threw them away

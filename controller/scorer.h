@@ -39,8 +39,10 @@ bool MatchesRemediation(const v1::Scenario& scenario, const v1::SessionRecord& r
                         const v1::ApplyFixRequest& fix);
 
 // The fix's collateral actions, one line each ("replaced the host of rank 1,
-// which is not a culprit").
-std::vector<std::string> CollateralActions(const v1::SessionRecord& record, const v1::ApplyFixRequest& fix);
+// which is not a culprit"); a machine of several ranks (ranks_per_host
+// consecutive ranks) counts once, and only if none of its ranks is a culprit.
+std::vector<std::string> CollateralActions(const v1::SessionRecord& record, const v1::ApplyFixRequest& fix,
+                                           int ranks_per_host = 1);
 
 // The step of a checkpoint directory ".../step-<N>"; -1 if it names none.
 int64_t CheckpointStepOf(const std::string& dir);

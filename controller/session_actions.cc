@@ -22,6 +22,19 @@ namespace firedrill::controller {
 
 namespace {
 
+// Why a fix that changes what is trained is refused: the same words for
+// every workload setting a drill does not open. `what` ends in "is".
+std::string WorkloadRefusal(const std::string& what, const std::string& scenario_id) {
+  return what +
+         " a workload setting (what is being trained: model, data, batch, world size, precision, "
+         "optimiser): the job's owners do not allow changing it here, and the fix would be measured against "
+         "a "
+         "different job. Operational settings (loader, buckets, sampler, timeouts, interfaces, checkpoint "
+         "cadence, "
+         "hosts) may change; `firedrill scenarios show " +
+         scenario_id + "` lists what else may";
+}
+
 std::string RankRange(int world) { return "0.." + std::to_string(world - 1); }
 
 // Whether the learner may act on the session now (`what`: "diagnose",
@@ -215,13 +228,28 @@ StatusOr<v1::ApplyFixResponse> SessionManager::Fix(const v1::ApplyFixRequest& as
     }
     // The same answer for every workload key this drill does not open, so
     // a refusal says nothing about the fault.
-    if (cls == scenario::JobKeyClass::kWorkload && !scenario::KeyAllowed(kv.key(), may)) {
+    if (cls == scenario::JobKeyClass::kWorkload && !scenario::KeyAllowed(kv.key(), may))
+      return FailedPrecondition(WorkloadRefusal(kv.key() + " is", s.scenario->id()));
+  }
+  // The global batch is what is trained, however the ranks split it
+  // (data-parallel replicas x micro-batch x micro-batches): a layout that
+  // changes the replicas changes it as surely as the batch does. The same
+  // answer as for a workload key where the drill does not open the batch;
+  // where its owners chose the batch as deployed, that is the brief's.
+  const int64_t deployed_batch = JobSamplesPerStep(s.rec.job()), fixed_batch = JobSamplesPerStep(trial);
+  if (fixed_batch != deployed_batch) {
+    if (!scenario::KeyAllowed("data.batch_size", may) && !scenario::KeyAllowed("grad_accum_steps", may))
+      return FailedPrecondition(WorkloadRefusal("the global batch (" + std::to_string(fixed_batch) +
+                                                    " samples per optimiser step with "
+                                                    "this fix, " +
+                                                    std::to_string(deployed_batch) + " as deployed) is",
+                                                s.scenario->id()));
+    if (s.scenario->keep_global_batch())
       return FailedPrecondition(
-          kv.key() + " is a workload setting (what is being trained: model, data, batch, world size, precision, "
-          "optimiser): the job's owners do not allow changing it here, and the fix would be measured against a "
-          "different job. Operational settings (loader, buckets, sampler, timeouts, interfaces, checkpoint cadence, "
-          "hosts) may change; `firedrill scenarios show " + s.scenario->id() + "` lists what else may");
-    }
+          "this fix trains a global batch of " + std::to_string(fixed_batch) +
+          " samples per optimiser step "
+          "(data-parallel replicas x data.batch_size x grad_accum_steps); the job's owners chose the " +
+          std::to_string(deployed_batch) + " it has as deployed, and a fix keeps it (the briefing says so)");
   }
   for (auto& kv : *req.mutable_settings()) {
     if (kv.key() == "checkpoint.resume_from" && !kv.value().empty() && kv.value() != "latest")

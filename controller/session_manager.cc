@@ -220,6 +220,15 @@ StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& r
   if (sc == nullptr) return NotFound(UnknownScenario(req.scenario_id()));
   if (req.seed() < 0) return InvalidArgument("--seed must be positive (or 0 for a random one), got " +
                                              std::to_string(req.seed()));
+  // Links between hosts are shaped on the fabric: without it every rank
+  // talks over one loopback (--hosts loopback) or is a machine of its own
+  // (remote agents), and the drill's links would not be there.
+  if (sc->cluster().inter_host_gbps() > 0 && !opts_.fabric)
+    return FailedPrecondition(
+        "scenario " + sc->id() +
+        " runs on hosts with shaped links between them: it needs this controller's hosts "
+        "as network namespaces (firedrill-controller --hosts netns with local agents, as "
+        "root)");
   auto s = std::make_shared<Session>();
   s->scenario = sc;
   s->join_token = RandomHex(16);
@@ -243,11 +252,13 @@ StatusOr<v1::SessionInfo> SessionManager::Start(const v1::StartSessionRequest& r
   // Everything the learner can read is complete before the session is
   // published: its hosts, its sealed faults (so its config shows the
   // deployed job from the first look) and its checkpoint directory.
-  // Agents: one host each, named like a small cluster (remote agents bring
-  // their own names: Drive binds the faults to them).
+  // Agents: `cluster.ranks_per_host` to a host (one by default), in rank
+  // order, named like a small cluster (remote agents bring their own
+  // names: Drive binds the faults to them).
+  const int per_host = std::max(1, sc->cluster().ranks_per_host());
   for (int r = 0; r < sc->job().world_size(); ++r) {
-    s->rec.add_hosts("node-" + std::to_string(s->rec.next_host_index()));
-    s->rec.set_next_host_index(s->rec.next_host_index() + 1);
+    if (r % per_host == 0) s->rec.set_next_host_index(s->rec.next_host_index() + 1);
+    s->rec.add_hosts("node-" + std::to_string(s->rec.next_host_index() - 1));
   }
   if (Status st = SealAnswer(*s); !st.ok()) return FailedPrecondition("scenario " + sc->id() + ": " + st.message());
   if (s->rec.job().checkpoint().dir().empty()) {
@@ -302,11 +313,22 @@ Status SessionManager::SealAnswer(Session& s) {
   for (const auto& k : faults::AnswerKey(sc)) {
     v1::Finding* f = s.rec.add_answer_findings();
     f->set_cause(k.cause());
+    std::set<int> culprits;
     for (const auto& ref : k.culprit_ranks()) {
       auto r = faults::ResolveRankRef(ref, *faults);
       if (!r.ok()) return r.status();
-      f->add_culprit_ranks(*r);
+      culprits.insert(*r);
+      // A host-level fault acts on every rank of its host: with several
+      // ranks to a host (cluster.ranks_per_host), each is a culprit.
+      // (The fault that targets this rank: a host-level one.)
+      const bool on_host = std::any_of(faults->begin(), faults->end(), [&](const v1::ResolvedFault& x) {
+        return !x.host().empty() && x.rank() == *r && *r < static_cast<int>(hosts.size()) &&
+               x.host() == hosts[*r];
+      });
+      for (int q = 0; on_host && q < static_cast<int>(hosts.size()); ++q)
+        if (hosts[q] == hosts[*r]) culprits.insert(q);
     }
+    for (int r : culprits) f->add_culprit_ranks(r);
   }
   s.rec.set_answer_cause(s.rec.answer_findings(0).cause());
   *s.rec.mutable_answer_culprit_ranks() = s.rec.answer_findings(0).culprit_ranks();
@@ -590,7 +612,9 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   // to a new host is not on it any more.
   std::vector<std::string> replace;  // by host: a shrink numbers the ranks anew
   for (int rank : fix.replace_host_ranks())
-    if (rank >= 0 && rank < s.rec.hosts_size()) replace.push_back(s.rec.hosts(rank));
+    if (rank >= 0 && rank < s.rec.hosts_size() &&
+        std::find(replace.begin(), replace.end(), s.rec.hosts(rank)) == replace.end())
+      replace.push_back(s.rec.hosts(rank));  // once a host, however many of its ranks were named
   std::set<std::string> down = DownHosts(s);
   for (const auto& h : replace) down.erase(h);
   if (const HostsLeft left = CountHostsLeft(s, down); !left.gone.empty()) {
@@ -612,10 +636,15 @@ void SessionManager::Drive(std::shared_ptr<Session> sp) {
   for (const auto& h : replace)
     for (int rank = 0; rank < s.rec.hosts_size(); ++rank)
       if (s.rec.hosts(rank) == h) replace_ranks.push_back(rank);
+  std::map<std::string, std::string> moved;  // old host -> its replacement: its ranks move together
   for (int rank : replace_ranks) {
     const std::string old_host = s.rec.hosts(rank);
-    const std::string new_host = "node-" + std::to_string(s.rec.next_host_index());
-    s.rec.set_next_host_index(s.rec.next_host_index() + 1);
+    auto [to, fresh] = moved.emplace(old_host, "");
+    if (fresh) {
+      to->second = "node-" + std::to_string(s.rec.next_host_index());
+      s.rec.set_next_host_index(s.rec.next_host_index() + 1);
+    }
+    const std::string new_host = to->second;
     RetireAgent(s, lock, rank);
     s.replaced_hosts.insert(old_host);
     s.rec.set_hosts(rank, new_host);

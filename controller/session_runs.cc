@@ -2,7 +2,10 @@
 // here, or an idle registered one in remote mode), runs are started,
 // watched for hangs and stopped, agents are retired on purpose, and what the
 // agents report (steps, job events, their exit) lands in the session.
+#include <sched.h>
+
 #include <algorithm>
+#include <cstdlib>
 
 #include "common/clock.h"
 #include "common/format.h"
@@ -42,14 +45,47 @@ namespace {
 std::string HostKey(const std::string& session_id, const std::string& host) { return session_id + "/" + host; }
 }  // namespace
 
+namespace {
+// Host `host` ("node-<k>")'s share of the CPUs this controller may use: n
+// of them from k x n on, round the machine's (several hosts share a machine
+// smaller than the cluster, as its hosts share its network).
+std::vector<int> HostCpus(const std::string& host, int n) {
+  std::vector<int> out;
+  if (n <= 0) return out;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
+  std::vector<int> allowed;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) allowed.push_back(c);
+  if (allowed.empty()) return out;
+  int k = 0;
+  if (host.rfind("node-", 0) == 0) k = std::atoi(host.c_str() + 5);
+  for (int i = 0; i < std::min<int>(n, static_cast<int>(allowed.size())); ++i)
+    out.push_back(allowed[(static_cast<size_t>(k) * n + i) % allowed.size()]);
+  return out;
+}
+}  // namespace
+
 StatusOr<Placement> SessionManager::PlaceOnHost(Session& s, const std::string& host) {
-  if (!opts_.fabric) return Placement{};
+  const std::vector<int> cpus = HostCpus(host, s.scenario->cluster().cpus_per_host());
+  if (!opts_.fabric) {
+    Placement p;
+    p.cpus = cpus;
+    return p;
+  }
   const std::string key = HostKey(s.rec.info().session_id(), host);
   auto h = opts_.fabric->Host(key);
   if (!h.ok()) h = opts_.fabric->AddHost(key);
   if (!h.ok()) return Unavailable("host " + host + ": making its network namespace: " + h.status().message());
   s.netns_hosts.insert(key);
-  return Placement{NetnsFabric::NetnsPath(h->netns), h->address, h->ifname};
+  // The drill's inter-host links (cluster.inter_host_gbps): every run's,
+  // the baseline's too. A host is the same machine whichever run is on it;
+  // one not shaped yet (new, or a shaping that failed before) is now.
+  if (const double gbps = s.scenario->cluster().inter_host_gbps(); gbps > 0 && h->ifb.empty())
+    if (Status st = opts_.fabric->ShapeHost(key, gbps); !st.ok())
+      return Unavailable("host " + host + ": " + st.message());
+  return Placement{NetnsFabric::NetnsPath(h->netns), h->address, h->ifname, cpus};
 }
 
 void SessionManager::RemoveHost(Session& s, const std::string& host) {

@@ -6,6 +6,7 @@
 #include "faults/comm_misconfig.h"
 #include "faults/corrupt_checkpoint.h"
 #include "faults/dataloader_starvation.h"
+#include "faults/deploy_change.h"
 #include "faults/device_memory.h"
 #include "faults/fp16_overflow.h"
 #include "faults/grad_accumulation.h"
@@ -55,6 +56,8 @@ const std::vector<FaultKind>& BuiltinFaultKinds() {
        nullptr, ApplyStaleAccumulation},
       {"checkpoint_load", Scope::kRank, ValidateCheckpointLoad,
        nullptr, ApplyCheckpointLoad},
+      {"deploy_change", Scope::kRank, ValidateDeployChange,
+       nullptr, ApplyDeployChange},
       {"comm_misconfig", Scope::kHost, ValidateCommMisconfig,
        [](const v1::ResolvedFault& f, FaultId id) -> std::unique_ptr<Fault> {
          return std::make_unique<CommMisconfig>(id, f.comm_misconfig().socket_ifname());
@@ -130,6 +133,14 @@ const std::vector<CauseInfo>& CauseTaxonomy() {
       {"checkpoint-cadence", "state", "checkpoints come far too often for what one costs, or far too rarely for how often hosts fail"},
       {"padding-waste", "input pipeline", "most of each batch is padding: compute spent on tokens that are not data"},
       {"out-of-memory", "memory", "the job needs more device memory than the device has"},
+      {"device-oversubscription", "compute",
+       "more compute streams than devices: ranks (or their threads) share a device or cores and wait for each "
+       "other, so adding one adds nothing"},
+      {"pipeline-bubble", "compute",
+       "a pipeline's stages idle most of each step: too few micro-batches to fill the pipeline"},
+      {"parallel-layout", "communication",
+       "the model is split across the ranks in a way whose communication costs more than it buys: tensor "
+       "parallelism a model that fits one device does not need, or groups laid over the slow links between hosts"},
       {"collective-timeout", "communication", "the collective timeout is wrong for the job (far too short or far too long)"},
       {"small-buckets", "communication", "gradient buckets are far too small: many latency-bound all-reduces per step"},
       {"comm-misconfig", "communication", "a node's communication settings are wrong (interface, address, transport)"},

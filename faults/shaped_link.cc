@@ -9,23 +9,12 @@
 #include <cmath>
 
 #include "common/subprocess.h"
+#include "common/tc.h"
 
 namespace firedrill::faults {
 
 std::vector<std::string> ShapedLink::TbfCommand(const std::string& ifname, double bandwidth_gbps) {
-  const double bytes_per_s = bandwidth_gbps * 1e9;
-  // The bucket holds a few milliseconds at the rate, and at least two
-  // 64 kB segments (veth hands over GSO super-packets); the queue may hold
-  // a few hundred milliseconds of bytes before tbf drops (TCP then backs
-  // off, as behind a real bottleneck).
-  const auto burst = static_cast<int64_t>(std::max(bytes_per_s * 0.004, 131072.0));
-  return {"tc",    "qdisc",
-          "replace", "dev",
-          ifname,  "root",
-          "tbf",   "rate",
-          std::to_string(static_cast<int64_t>(std::llround(bytes_per_s * 8))) + "bit",
-          "burst", std::to_string(burst),
-          "latency", "400ms"};
+  return firedrill::TbfCommand(ifname, bandwidth_gbps);
 }
 
 void ShapedLink::Degrade(FaultId id, double latency_us, double bandwidth_gbps) {

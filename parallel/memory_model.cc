@@ -94,7 +94,10 @@ StrategyPlan PlanStrategy(const GptShape& g, const Workload& w, const Strategy& 
     rm.param_bytes = 4 * rm.params;  // fp32 weights (precision modes cast in compute)
     rm.grad_bytes = 4 * rm.params;
     rm.optimizer_bytes = 4 * states * rm.params;
-    if (st.zero_stage == 1) rm.optimizer_bytes = (rm.optimizer_bytes + st.dp - 1) / st.dp;
+    // ZeRO-1 (agent/zero.h): each replica keeps the state of its 1/dp of the
+    // parameters, and the flat fp32 copy of those parameters and their
+    // gradients that its optimiser steps (8 bytes a parameter more).
+    if (st.zero_stage == 1) rm.optimizer_bytes = (rm.optimizer_bytes + 8 * rm.params + st.dp - 1) / st.dp;
     rm.in_flight = st.pp == 1 ? 1 : (st.gpipe ? m : std::min(m, st.pp - stage));
     const int64_t b = w.micro_batch;
     int64_t per_micro;

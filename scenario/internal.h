@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "faults/job_setting.h"
 #include "firedrill/v1/scenario.pb.h"
 
 namespace firedrill::scenario::scenario_internal {
@@ -58,17 +59,6 @@ inline std::string FormatProblem(const std::string& where, const Problem& p) {
   if (!p.path.empty()) out += (out.empty() ? "" : ": ") + p.path;
   return out + (out.empty() ? "" : ": ") + p.message;
 }
-
-// --- scalars (loader.cc; shared by the mapper and ApplyJobSetting) ---
-
-// What a field takes, for messages: "an integer", "one of A, B", ...
-std::string Expected(const google::protobuf::FieldDescriptor* f);
-// Whole-string integer parse: no spaces, no trailing garbage, no overflow.
-std::optional<int64_t> ParseInt(const std::string& s, int64_t lo, int64_t hi);
-// Sets (or appends to, when repeated) a scalar field from text. Returns what
-// was expected on failure, e.g. "expected an integer, got 'abc'".
-std::optional<std::string> SetScalar(google::protobuf::Message* msg,
-                                     const google::protobuf::FieldDescriptor* f, const std::string& text);
 
 // --- YAML -> protobuf (loader.cc; scenario and exam files alike) ------
 

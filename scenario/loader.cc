@@ -5,19 +5,15 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cfloat>
-#include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
 
-#include "scenario/internal.h"
 #include "faults/registry.h"
+#include "scenario/internal.h"
 
 namespace firedrill::scenario {
 
@@ -47,93 +43,6 @@ std::string Describe(const YAML::Node& n) {
 }
 
 using FD = pb::FieldDescriptor;
-
-// ParseDouble: ParseInt's sibling, used only by SetScalar.
-std::optional<double> ParseDouble(const std::string& s) {
-  // The charset check rejects what strtod would also take: inf, nan, hex.
-  if (s.empty() || s.find_first_not_of("+-.0123456789eE") != std::string::npos) return std::nullopt;
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (*end != '\0' || !std::isfinite(v)) return std::nullopt;
-  return v;
-}
-
-}  // namespace
-
-// --- scalars (declared in scenario_internal.h) -------------------------------
-
-namespace scenario_internal {
-
-std::string Expected(const FD* f) {
-  switch (f->cpp_type()) {
-    case FD::CPPTYPE_INT32:
-    case FD::CPPTYPE_INT64:
-      return "an integer";
-    case FD::CPPTYPE_DOUBLE:
-    case FD::CPPTYPE_FLOAT:
-      return "a number";
-    case FD::CPPTYPE_BOOL:
-      return "true or false";
-    case FD::CPPTYPE_STRING:
-      return "a string";
-    case FD::CPPTYPE_ENUM: {
-      std::vector<std::string> names;
-      for (int i = 0; i < f->enum_type()->value_count(); ++i)
-        names.push_back(f->enum_type()->value(i)->name());
-      return "one of " + JoinList(names);
-    }
-    default:
-      return Str("a value of a type scenario files do not support (", f->type_name(), ")");
-  }
-}
-
-// Whole-string integer parse: no spaces, no trailing garbage, no overflow.
-std::optional<int64_t> ParseInt(const std::string& s, int64_t lo, int64_t hi) {
-  if (s.empty() || s.find_first_not_of("+-0123456789") != std::string::npos) return std::nullopt;
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (errno != 0 || *end != '\0' || v < lo || v > hi) return std::nullopt;
-  return v;
-}
-
-// Sets (or appends to, when repeated) a scalar field from text. Returns what
-// was expected on failure, e.g. "expected an integer, got 'abc'".
-std::optional<std::string> SetScalar(pb::Message* msg, const FD* f, const std::string& text) {
-  const pb::Reflection* r = msg->GetReflection();
-  const std::string bad = "expected " + Expected(f) + ", got '" + text + "'";
-#define FD_PUT(Type, v) (f->is_repeated() ? r->Add##Type(msg, f, v) : r->Set##Type(msg, f, v))
-  switch (f->cpp_type()) {
-    case FD::CPPTYPE_INT32:
-      if (auto v = ParseInt(text, INT32_MIN, INT32_MAX)) return FD_PUT(Int32, int32_t(*v)), std::nullopt;
-      return bad;
-    case FD::CPPTYPE_INT64:
-      if (auto v = ParseInt(text, INT64_MIN, INT64_MAX)) return FD_PUT(Int64, *v), std::nullopt;
-      return bad;
-    case FD::CPPTYPE_DOUBLE:
-      if (auto v = ParseDouble(text)) return FD_PUT(Double, *v), std::nullopt;
-      return bad;
-    case FD::CPPTYPE_FLOAT:
-      if (auto v = ParseDouble(text); v && std::fabs(*v) <= FLT_MAX)
-        return FD_PUT(Float, float(*v)), std::nullopt;
-      return bad;
-    case FD::CPPTYPE_BOOL:
-      if (text == "true" || text == "false") return FD_PUT(Bool, text == "true"), std::nullopt;
-      return bad;
-    case FD::CPPTYPE_ENUM:
-      if (auto* ev = f->enum_type()->FindValueByName(text)) return FD_PUT(Enum, ev), std::nullopt;
-      return bad;
-    case FD::CPPTYPE_STRING:
-      return FD_PUT(String, text), std::nullopt;
-    default:
-      return "expected " + Expected(f);
-  }
-#undef FD_PUT
-}
-
-}  // namespace scenario_internal
-
-namespace {
 
 // --- YAML -> protobuf --------------------------------------------------------
 
@@ -237,8 +146,8 @@ class Mapper {
 
   Status Scalar(const YAML::Node& n, pb::Message* msg, const FD* f, const std::string& path) {
     marks_.emplace(path, n.Mark());
-    if (!n.IsScalar()) return Error(n, path, "expected " + Expected(f) + ", got " + Describe(n));
-    if (auto bad = SetScalar(msg, f, n.Scalar())) return Error(n, path, *bad);
+    if (!n.IsScalar()) return Error(n, path, "expected " + faults::ExpectedValue(f) + ", got " + Describe(n));
+    if (auto bad = faults::SetScalar(msg, f, n.Scalar())) return Error(n, path, *bad);
     return Status::Ok();
   }
 
@@ -247,7 +156,7 @@ class Mapper {
     auto* v = static_cast<v1::IntOrDraw*>(msg);
     const std::string want = "expected an integer or {draw: [lo, hi]}, got ";
     if (n.IsScalar()) {
-      auto x = ParseInt(n.Scalar(), INT64_MIN, INT64_MAX);
+      auto x = faults::ParseInt(n.Scalar(), INT64_MIN, INT64_MAX);
       if (!x) return Error(n, path, want + Describe(n));
       v->set_value(*x);
       return Status::Ok();
@@ -270,7 +179,7 @@ class Mapper {
     int64_t bounds[2];
     for (int i = 0; i < 2; ++i) {
       marks_.emplace(Indexed(dpath, i), range[i].Mark());
-      auto x = range[i].IsScalar() ? ParseInt(range[i].Scalar(), INT64_MIN, INT64_MAX) : std::nullopt;
+      auto x = range[i].IsScalar() ? faults::ParseInt(range[i].Scalar(), INT64_MIN, INT64_MAX) : std::nullopt;
       if (!x) return Error(range[i], Indexed(dpath, i), "expected an integer, got " + Describe(range[i]));
       bounds[i] = *x;
     }
@@ -291,7 +200,7 @@ class Mapper {
         v->set_ref(s);
         return Status::Ok();
       }
-      if (auto x = ParseInt(s, 0, INT32_MAX)) {
+      if (auto x = faults::ParseInt(s, 0, INT32_MAX)) {
         v->set_rank(static_cast<int32_t>(*x));
         return Status::Ok();
       }

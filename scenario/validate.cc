@@ -391,6 +391,29 @@ Check CheckScenario(const v1::Scenario& s) {
   FD_CHECK(NonEmpty("title", s.title()));
   FD_CHECK(NonEmpty("briefing", s.briefing()));
   FD_CHECK(CheckJob(s.job(), "job"));
+  {
+    const v1::Cluster& c = s.cluster();
+    const int per_host = std::max(1, c.ranks_per_host());
+    FD_CHECK(InRange("cluster.ranks_per_host", c.ranks_per_host(), 0, 64));
+    if (s.job().world_size() % per_host != 0)
+      return Fail("cluster.ranks_per_host", Str("must divide job.world_size (", s.job().world_size(),
+                                                "): every host holds the same number of ranks"));
+    FD_CHECK(InRange("cluster.cpus_per_host", c.cpus_per_host(), 0, 1024));
+    if (!(c.inter_host_gbps() >= 0) || c.inter_host_gbps() > 100)
+      return Fail("cluster.inter_host_gbps",
+                  Str("must be in [0, 100] GB/s (0: not shaped), got ", c.inter_host_gbps()));
+    // The launcher counts what is left of a job by ranks (one to a host so
+    // far): a host of several that goes down is not yet a shrink it knows.
+    if (per_host > 1 && s.job().elastic().max_restarts() > 0)
+      return Fail("cluster.ranks_per_host",
+                  "does not combine with job.elastic.max_restarts > 0 yet: the launcher "
+                  "restarts a job one rank to a host");
+    for (const auto& f : s.faults())
+      if (per_host > 1 && f.kind() == "rank_crash")
+        return Fail("cluster.ranks_per_host",
+                    "does not combine with a rank_crash fault yet: the launcher counts "
+                    "the hosts left one rank to a host");
+  }
   for (int i = 0; i < s.faults_size(); ++i) FD_CHECK(CheckFault(s, i));
   // A fault whose harm verification cannot measure would let an unfixed
   // job pass: a flipped mantissa bit moves no throughput, skew or loss, so
@@ -465,6 +488,31 @@ Check CheckScenario(const v1::Scenario& s) {
     if (s.verify().loss_vs_baseline_max() <= 0)
       return Fail(p + ".kind", "stale_accumulation needs verify.loss_vs_baseline_max: the global batch shows in "
                                "the loss, not in the speed");
+  }
+  // A deploy's settings make a job the trainer runs, each one a change.
+  for (int i = 0; i < s.faults_size(); ++i) {
+    const v1::FaultSpec& f = s.faults(i);
+    if (f.kind() != "deploy_change") continue;
+    const std::string p = Indexed("faults", i) + ".params.set";
+    v1::JobSpec deployed = s.job();
+    for (int k = 0; k < f.deploy_change().set_size(); ++k) {
+      const v1::JobSetting& kv = f.deploy_change().set(k);
+      const std::string at = Indexed(p, k);
+      const std::vector<std::string> keys = JobSettingKeys();
+      if (!std::binary_search(keys.begin(), keys.end(), kv.key()))
+        return Fail(at + ".key", "unknown setting '" + kv.key() + "'; known settings: " + JoinList(keys));
+      if (ClassOfJobKey(kv.key()) == JobKeyClass::kEnvironment)
+        return Fail(at + ".key", kv.key() +
+                                     " describes the machine, not the job: a deploy does not change it "
+                                     "(device_memory gives a device's memory)");
+      const v1::JobSpec before = deployed;
+      if (Status st = faults::SetJobKey(&deployed, kv.key(), kv.value()); !st.ok())
+        return Fail(at + ".value", st.message());
+      if (before.SerializeAsString() == deployed.SerializeAsString())
+        return Fail(at + ".value",
+                    "is the healthy job's own " + kv.key() + ": the deploy changes nothing there");
+    }
+    if (Check bad = CheckJob(deployed, "")) return Fail(p, "the job as deployed: " + FormatProblem("", *bad));
   }
   // A host that stays down shows through the launcher: it restarts the job
   // without it (elastic.min_nodes below the world size) or the job stays
@@ -666,17 +714,7 @@ Status ApplyJobSetting(v1::JobSpec* job, const std::string& key, const std::stri
     return InvalidArgument("unknown setting '" + key + "'; known settings: " + JoinList(keys));
   }
   const v1::JobSpec before = *job;
-  pb::Message* msg = job;
-  std::string rest = key;
-  for (std::size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1)) {
-    const FD* f = msg->GetDescriptor()->FindFieldByName(rest.substr(0, dot));
-    msg = msg->GetReflection()->MutableMessage(msg, f);
-  }
-  const FD* leaf = msg->GetDescriptor()->FindFieldByName(rest);
-  if (auto bad = SetScalar(msg, leaf, value)) {
-    *job = before;
-    return InvalidArgument("setting '" + key + "': " + *bad);
-  }
+  FD_RETURN_IF_ERROR(faults::SetJobKey(job, key, value));
   if (Check p = CheckJob(*job, "")) {
     *job = before;  // a rejected fix must not leave a half-applied job
     return InvalidArgument("setting " + key + "=" + value + " rejected: " + FormatProblem("", *p));

@@ -72,6 +72,11 @@ const std::vector<Case> kCases = {
     {"board-failure", 115, {"checkpoint-layout"}},
     // Memory.
     {"mig-slices", 105, {"out-of-memory"}},
+    {"new-recipe", 121, {"out-of-memory"}},
+    {"adamw-migration", 123, {"out-of-memory"}},
+    {"deeper-model", 125, {"out-of-memory"}},
+    // Parallelism.
+    {"new-base-image", 135, {"device-oversubscription"}},
 };
 
 class ScenarioTest : public ControllerTest {
@@ -186,7 +191,13 @@ std::string AutopilotTest::ReadEverySurface(const Case& k, const std::string& id
                                                {"probe", "activations"}}) {
       auto a = args;
       a.insert(a.end(), {"--session", id});
-      EXPECT_EQ(Cli(a, &out), 0) << out;
+      const int rc = Cli(a, &out);
+      // The activations probe runs the whole model's forward pass: a
+      // pipeline stage refuses it and says which blocks it holds.
+      if (args[1] == "activations" && st.job().parallel().pp() > 1)
+        EXPECT_NE(out.find("blocks"), std::string::npos) << out;
+      else
+        EXPECT_EQ(rc, 0) << out;
       text += out + "\n";
     }
     // The job's own save and resume, where it has a checkpoint that verifies.
@@ -295,6 +306,10 @@ TEST_P(AutopilotTest, NothingReadBeforeTheDiagnosisNamesTheAnswerAndTheAutopilot
   for (size_t at = 0; (at = out.find("\ndiagnosis: ", at)) != std::string::npos; ++at) ++named;
   EXPECT_EQ(named, k.causes.size()) << out;
   EXPECT_NE(out.find("verification PASSED"), std::string::npos) << out;
+  // One of the drill's remediations, not only a change that measured well
+  // (mig-slices' autopilot once partitioned the optimiser state as well:
+  // verified, half the fix's points).
+  EXPECT_EQ(out.find("not an accepted remediation"), std::string::npos) << out;
   EXPECT_NE(out.find("collateral  0"), std::string::npos) << out;
 }
 

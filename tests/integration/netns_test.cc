@@ -282,6 +282,46 @@ TEST_F(NetnsTest, AShapedLinkCapsWhatTheBadHostSendsAndReceivesAndNothingElse) {
   ASSERT_TRUE(NetnsFabric::RunIn(a->netns, [&] { link.reset(); }).ok());
 }
 
+// A drill's inter-host links (scenario cluster.inter_host_gbps): every
+// host's port on the fabric capped both ways, while what a host's ranks
+// send each other stays inside it. Against the same host's own path in the
+// same test: without the shaping both run free and the ratio fails.
+TEST_F(NetnsTest, ShapedHostsTalkToEachOtherAtTheCapAndFreelyInside) {
+  auto fabric = NetnsFabric::Create(ledger_);
+  ASSERT_TRUE(fabric.ok()) << fabric.status().message();
+  auto a = (*fabric)->AddHost("node-0");
+  auto b = (*fabric)->AddHost("node-1");
+  ASSERT_TRUE(a.ok() && b.ok());
+  const double cap = 20e6;  // 20 MB/s
+  Status sa = (*fabric)->ShapeHost("node-0", cap / 1e9), sb = (*fabric)->ShapeHost("node-1", cap / 1e9);
+  if (!sa.ok() && sa.message().find("ifb") != std::string::npos) GTEST_SKIP() << sa.message();
+  ASSERT_TRUE(sa.ok()) << sa.message();
+  ASSERT_TRUE(sb.ok()) << sb.message();
+  EXPECT_TRUE((*fabric)->ShapeHost("node-0", cap / 1e9).ok()) << "shaping again replaces the rate";
+  const int64_t bytes = 6 << 20;
+  const double across = Transfer(*a, *b, bytes), back = Transfer(*b, *a, bytes),
+               inside = Transfer(*a, *a, bytes);
+  RecordProperty("across_MBps", std::to_string(across / 1e6));
+  RecordProperty("back_MBps", std::to_string(back / 1e6));
+  RecordProperty("inside_MBps", std::to_string(inside / 1e6));
+  for (double r : {across, back}) {
+    EXPECT_GT(r, 0.5 * cap) << "about the cap";
+    EXPECT_LT(r, 1.5 * cap) << "about the cap";
+  }
+  EXPECT_GT(inside, 5 * across) << "a host's own path is not the link between hosts";
+  // The host's eth0 is its agents' (a slow_link fault's): nothing there.
+  EXPECT_EQ(Output({"ip", "netns", "exec", a->netns, "tc", "qdisc", "show", "dev", "eth0"}).find("tbf"),
+            std::string::npos);
+  // Removing the host takes its ifb device too.
+  auto shaped = (*fabric)->Host("node-0");
+  ASSERT_TRUE(shaped.ok());
+  ASSERT_FALSE(shaped->ifb.empty());
+  ASSERT_TRUE((*fabric)->RemoveHost("node-0").ok());
+  auto gone = RunCommand({"ip", "link", "show", shaped->ifb});
+  ASSERT_TRUE(gone.ok());
+  EXPECT_NE(gone->exit_code, 0) << shaped->ifb << " outlived its host";
+}
+
 TEST_F(NetnsTest, AFreedAddressComesBackLastAndWithTheSameMac) {
   auto fabric = NetnsFabric::Create(ledger_);
   ASSERT_TRUE(fabric.ok()) << fabric.status().message();

@@ -137,6 +137,46 @@ TEST(Probe, SweepsRunBetweenStepsCheckEveryElementAndLeaveTrainingUnchanged) {
 // one tensor on that one rank differs for the rest of the run, while the
 // loss goes on falling (the averaged gradient is the same on every rank, so
 // nothing pulls the replica back).
+// `probe scaling` in a running job: one rank alone, then two, then four,
+// each size's step timed on real autograd and a real all-reduce among its
+// ranks; training goes on bitwise as without the probe.
+TEST(Probe, ScalingTrainsTheModelOnOneTwoAndFourRanksAndLeavesTrainingUnchanged) {
+  v1::JobSpec job = SmallJob(4);
+  job.set_steps(8);
+  v1::ProbeSpec spec;
+  spec.set_op("scaling");
+  spec.set_iters(4);
+  spec.set_warmup_iters(1);
+  const Probed p = RunWithProbes(job, {{3, spec}});
+  ExpectAllOk(p.res);
+  const auto plain = RunJob(job, {});
+  ExpectAllOk(plain);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(p.reports[r].size(), 1u) << "rank " << r;
+    const v1::ProbeReport& rep = p.reports[r][0];
+    EXPECT_TRUE(rep.error().empty()) << rep.error();
+    // Rank r takes part in the sizes above it: 1 (rank 0 only), 2, 4.
+    std::vector<int> sizes;
+    for (const auto& row : rep.scaling()) {
+      sizes.push_back(row.ranks());
+      EXPECT_GT(row.step_ms(), 0);
+      EXPECT_EQ(row.samples_per_step(), job.data().batch_size());
+      if (row.ranks() == 1)
+        EXPECT_EQ(row.comm_ms(), 0);
+      else
+        EXPECT_GT(row.comm_ms(), 0) << "an all-reduce among " << row.ranks();
+    }
+    const std::vector<int> want = r == 0   ? std::vector<int>{1, 2, 4}
+                                  : r == 1 ? std::vector<int>{2, 4}
+                                           : std::vector<int>{4};
+    EXPECT_EQ(sizes, want) << "rank " << r;
+    EXPECT_EQ(
+        std::memcmp(p.res[r].params.data(), plain[r].params.data(), p.res[r].params.size() * sizeof(float)),
+        0)
+        << "rank " << r << ": the probe moved the weights";
+  }
+}
+
 TEST(Probe, ChecksumsAgreeAcrossReplicasUntilOneHostFlipsABit) {
   v1::JobSpec job = SmallJob(3);
   job.set_steps(30);

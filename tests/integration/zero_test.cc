@@ -46,13 +46,15 @@ TEST(Zero, SgdPartitionedTrainsTheReplicatedWeightsBitwiseOnAQuarterOfTheState) 
         << "rank " << r << ": a partitioned SGD step is elementwise the replicated one";
   }
   // Momentum: 4 bytes a parameter on every rank, replicated; a quarter
-  // (rounded up) on each rank, partitioned. The step count is 8 more.
+  // (rounded up) on each rank, partitioned, with the flat copy of the
+  // partition's parameters and gradients its optimiser steps (8 bytes a
+  // parameter of the partition). The step count is 8 more.
   const int64_t n = static_cast<int64_t>(replicated[0].params.size());
   EXPECT_EQ(replicated[0].reports.back().mem_optim_bytes(), 4 * n + 8);
   int64_t partitioned = 0;
   for (int r = 0; r < 4; ++r) partitioned += zero[r].reports.back().mem_optim_bytes() - 8;
-  EXPECT_EQ(partitioned, 4 * n);
-  EXPECT_EQ(zero[0].reports.back().mem_optim_bytes(), 4 * ((n + 3) / 4) + 8);
+  EXPECT_EQ(partitioned, 12 * n);
+  EXPECT_EQ(zero[0].reports.back().mem_optim_bytes(), 12 * ((n + 3) / 4) + 8);
   // The loss the ranks report is the replicated run's; the gradient norm too,
   // summed in another order (ATen's norm per tensor, not the SGD kernel's
   // blocks).
@@ -79,9 +81,10 @@ TEST(Zero, AdamWPartitionedStaysWithTheReplicatedWeights) {
   // differently from the same elements of a whole tensor (a fused
   // multiply-add on one path, not the other): within float rounding.
   EXPECT_LT(worst, 1e-6);
-  // Both moments: 8 bytes a parameter, half on each rank.
+  // Both moments: 8 bytes a parameter, half on each rank, beside the
+  // partition's flat parameters and gradients (8 more).
   const int64_t n = static_cast<int64_t>(replicated[0].params.size());
-  EXPECT_EQ(zero[0].reports.back().mem_optim_bytes() + zero[1].reports.back().mem_optim_bytes(), 8 * n + 16);
+  EXPECT_EQ(zero[0].reports.back().mem_optim_bytes() + zero[1].reports.back().mem_optim_bytes(), 16 * n + 16);
   // Every rank holds the same weights after the all-gather.
   EXPECT_EQ(std::memcmp(zero[0].params.data(), zero[1].params.data(), zero[0].params.size() * sizeof(float)),
             0);
@@ -92,7 +95,7 @@ TEST(Zero, AWorldOfOneStepsTheWholeModel) {
   job.set_steps(5);
   const auto res = RunOverGloo(job);
   ExpectAllOk(res);
-  EXPECT_EQ(res[0].reports.back().mem_optim_bytes(), 4 * static_cast<int64_t>(res[0].params.size()) + 8);
+  EXPECT_EQ(res[0].reports.back().mem_optim_bytes(), 12 * static_cast<int64_t>(res[0].params.size()) + 8);
 }
 
 }  // namespace

@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 
-#include <cmath>
+#include "cli/memory_fix.h"
 
 namespace firedrill::cli {
 namespace {
@@ -350,6 +352,26 @@ TEST(Autopilot, OneSlowComputeRankIsAStraggler) {
   EXPECT_EQ(f.ranks, std::vector<int>{3});
   ASSERT_EQ(f.fix.replace_host_ranks_size(), 1);
   EXPECT_EQ(f.fix.replace_host_ranks(0), 3);
+}
+
+// A machine of two ranks computing at half speed (hot-aisle): both of its
+// ranks are the straggler, and replacing the machine is one host.
+TEST(Autopilot, ASlowMachineOfTwoRanksIsOneStragglerNamingBoth) {
+  auto st = Job(0.2, 3, 6, 12);
+  for (int r = 0; r < 4; ++r) st.mutable_ranks(r)->set_host(r < 2 ? "node-0" : "node-1");
+  for (int r : {2, 3}) {
+    st.mutable_ranks(r)->set_forward_ms(9);
+    st.mutable_ranks(r)->set_backward_ms(18);
+    st.mutable_ranks(r)->set_comm_ms(0.5);
+    st.mutable_ranks(r)->set_step_ms(28.2);
+  }
+  for (int r : {0, 1}) st.mutable_ranks(r)->set_comm_ms(19);
+  for (int r : {0, 1}) st.mutable_ranks(r)->set_step_ms(28.7);
+  const auto f = Reason(st);
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.cause, "straggler") << f.evidence;
+  EXPECT_EQ(f.ranks, (std::vector<int>{2, 3})) << f.evidence;
+  ASSERT_GE(f.fix.replace_host_ranks_size(), 1);
 }
 
 // What night-restart seed 107 showed in CI: a host lost, the others failed
@@ -746,6 +768,198 @@ TEST(AutopilotMemory, EveryRankOutOfMemoryIsTheJobsAndRecomputesActivations) {
   // Already recomputing: nothing left to turn on, no fix guessed.
   st.mutable_job()->mutable_model()->set_activation_checkpointing(true);
   EXPECT_EQ(ReasonAll(st)[0].fix.settings_size(), 0);
+}
+
+// A job that does not fit: the remedies `firedrill plan` predicts, the
+// cheapest that fits with room to spare (cli/memory_fix.h).
+v1::JobSpec GptJob(int world, int layers, int hidden, int seq, int batch, double budget_mb) {
+  v1::JobSpec job;
+  job.set_world_size(world);
+  auto* m = job.mutable_model();
+  m->set_kind("gpt-tiny");
+  m->set_layers(layers);
+  m->set_hidden(hidden);
+  m->set_heads(4);
+  m->set_seq_len(seq);
+  job.mutable_data()->set_batch_size(batch);
+  job.mutable_optim()->set_kind("adamw");
+  job.set_precision("fp32");
+  job.mutable_memory()->set_device_budget_mb(budget_mb);
+  return job;
+}
+
+AutopilotFinding Oom() {
+  AutopilotFinding f;
+  f.found = true;
+  f.cause = "out-of-memory";
+  f.evidence =
+      "rank 0, 1 ran out of device memory: \"rank 0 step 0: forward: CUDA out of memory.\". The model, "
+      "batch and context stay: recompute each block's activations";
+  auto* s = f.fix.add_settings();
+  s->set_key("model.activation_checkpointing");
+  s->set_value("true");
+  return f;
+}
+
+std::string Setting(const AutopilotFinding& f, const std::string& key) {
+  for (const auto& s : f.fix.settings())
+    if (s.key() == key) return s.value();
+  return "";
+}
+
+// A model-parallel job at `vs_baseline` of its baseline's throughput, every
+// rank reporting `bubble` and `tp_comm_ms` of a 100 ms step.
+v1::SessionStatus LayoutStatus(const v1::JobSpec& job, double vs_baseline, double bubble, double tp_comm_ms) {
+  v1::SessionStatus st;
+  *st.mutable_job() = job;
+  st.mutable_baseline()->set_throughput_samples_per_s(100);
+  st.mutable_baseline()->set_median_step_ms(100 * vs_baseline);
+  st.mutable_run()->set_throughput_samples_per_s(100 * vs_baseline);
+  for (int r = 0; r < job.world_size(); ++r) {
+    auto* rank = st.add_ranks();
+    rank->set_rank(r);
+    rank->set_state("running");
+    rank->set_step(200);
+    rank->set_window_steps(20);
+    rank->set_step_ms(100);
+    rank->set_forward_ms(30);
+    rank->set_backward_ms(50);
+    rank->set_busy_vs_median(1);
+    rank->set_pp_bubble_fraction(bubble);
+    rank->set_pp_wait_ms(100 * bubble);
+    rank->set_tp_comm_ms(tp_comm_ms);
+    rank->mutable_mesh()->set_pp_size(std::max(1, job.parallel().pp()));
+    rank->mutable_mesh()->set_tp_size(std::max(1, job.parallel().tp()));
+  }
+  return st;
+}
+
+TEST(AutopilotLayout, APipelineThatIdlesGetsMoreSmallerMicroBatchesForTheSameBatch) {
+  v1::JobSpec job = GptJob(2, 8, 256, 16, 16, 80);
+  job.mutable_parallel()->set_pp(2);
+  job.set_grad_accum_steps(1);
+  auto found = ReasonAll(LayoutStatus(job, 0.55, 0.5, 0));
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].cause, "pipeline-bubble");
+  EXPECT_NE(found[0].evidence.find("50%"), std::string::npos) << found[0].evidence;
+  EXPECT_EQ(Setting(found[0], "data.batch_size"), "2") << "(p-1)/(m+p-1) at most 15%: m = 8";
+  EXPECT_EQ(Setting(found[0], "grad_accum_steps"), "8");
+  // As fast as its baseline: a pipeline's bubble is how it always ran.
+  for (const auto& f : ReasonAll(LayoutStatus(job, 1.0, 0.5, 0))) EXPECT_NE(f.cause, "pipeline-bubble");
+}
+
+TEST(AutopilotLayout, TensorParallelismAModelDoesNotNeedGoesBackToDataParallelism) {
+  v1::JobSpec job = GptJob(2, 4, 64, 64, 8, 0);
+  job.mutable_parallel()->set_tp(2);
+  job.set_grad_accum_steps(2);
+  auto found = ReasonAll(LayoutStatus(job, 0.45, 0, 45));
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].cause, "parallel-layout");
+  EXPECT_EQ(Setting(found[0], "parallel.tp"), "1");
+  EXPECT_EQ(Setting(found[0], "grad_accum_steps"), "1") << "two replicas of 8: the same 16 a step";
+  // On a device the whole model does not fit, the layout stays.
+  job.mutable_memory()->set_device_budget_mb(1);
+  for (const auto& f : ReasonAll(LayoutStatus(job, 0.45, 0, 45))) EXPECT_NE(f.cause, "parallel-layout");
+}
+
+TEST(AutopilotLayout, TensorParallelGroupsAcrossHostsGetTheOrderThatKeepsThemInside) {
+  // four-nodes: DP2 x TP2 x PP2, two ranks to a host, the order dp-tp-pp
+  // (tensor-parallel partners 0 and 2, on different hosts).
+  v1::JobSpec job = GptJob(8, 4, 128, 64, 4, 12);
+  job.mutable_parallel()->set_tp(2);
+  job.mutable_parallel()->set_pp(2);
+  job.mutable_parallel()->set_order("dp-tp-pp");
+  job.set_grad_accum_steps(2);
+  v1::SessionStatus st = LayoutStatus(job, 0.6, 0.35, 30);
+  st.mutable_baseline()->set_pp_bubble_fraction(0.33);  // two micro-batches through two stages, as before
+  for (auto& r : *st.mutable_ranks()) r.set_host("node-" + std::to_string(r.rank() / 2));
+  auto found = ReasonAll(st);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].cause, "parallel-layout") << found[0].evidence;
+  EXPECT_EQ(Setting(found[0], "parallel.order"), "tp-dp-pp");
+  EXPECT_NE(found[0].evidence.find("span hosts"), std::string::npos) << found[0].evidence;
+  // One rank to a host: every group crosses hosts whatever the order, and
+  // no order is the fix.
+  for (auto& r : *st.mutable_ranks()) r.set_host("node-" + std::to_string(r.rank()));
+  for (const auto& f : ReasonAll(st)) EXPECT_NE(Setting(f, "parallel.order"), "tp-dp-pp");
+  // Partners already on one host: nothing for the order to fix.
+  job.mutable_parallel()->set_order("tp-dp-pp");
+  st = LayoutStatus(job, 0.6, 0.35, 30);
+  st.mutable_baseline()->set_pp_bubble_fraction(0.33);
+  for (auto& r : *st.mutable_ranks()) r.set_host("node-" + std::to_string(r.rank() / 2));
+  for (const auto& f : ReasonAll(st)) EXPECT_NE(Setting(f, "parallel.order"), "tp-dp-pp");
+}
+
+TEST(AutopilotThreads, MoreComputeThreadsThanAHostsCpusIsOneStreamPerCore) {
+  // new-base-image: two ranks on one 2-CPU node, two compute threads each.
+  v1::JobSpec job = GptJob(2, 4, 128, 64, 8, 0);
+  job.set_threads_per_rank(2);
+  v1::SessionStatus st = LayoutStatus(job, 0.6, 0, 0);
+  for (auto& r : *st.mutable_ranks()) {
+    r.clear_mesh();
+    r.set_host("node-0");
+    r.set_cpus(2);
+    r.set_compute_threads(2);
+  }
+  auto found = ReasonAll(st);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].cause, "device-oversubscription") << found[0].evidence;
+  EXPECT_EQ(Setting(found[0], "threads_per_rank"), "1");
+  EXPECT_NE(found[0].evidence.find("4 threads take turns"), std::string::npos) << found[0].evidence;
+  // A rank to a host: two threads on two CPUs is the node's own.
+  st.mutable_ranks(1)->set_host("node-1");
+  for (const auto& f : ReasonAll(st)) EXPECT_NE(f.cause, "device-oversubscription");
+}
+
+TEST(AutopilotMemory, ActivationsOfARaisedBatchAreSplitIntoMicroBatchesWhereTheOwnersAllowIt) {
+  // new-recipe: 32 sequences a rank on 24 MiB; plan: 50.8 MiB, 17.7 at 8.
+  const v1::JobSpec job = GptJob(4, 2, 128, 64, 32, 24);
+  const std::vector<std::string> may = {"grad_accum_steps", "data.batch_size"};
+  const AutopilotFinding f = PlanMemoryFix(Oom(), job, may);
+  EXPECT_EQ(Setting(f, "data.batch_size"), "8") << f.evidence;
+  EXPECT_EQ(Setting(f, "grad_accum_steps"), "4") << "the same 32 sequences a rank per optimiser step";
+  EXPECT_EQ(Setting(f, "model.activation_checkpointing"), "") << "nothing more than the split";
+  EXPECT_NE(f.evidence.find("`firedrill plan` predicts"), std::string::npos) << f.evidence;
+  EXPECT_EQ(f.evidence.find("recompute each block"), std::string::npos) << "the generic remedy is replaced";
+  // Without the split nothing fits (recomputing leaves the head's 34.7 MiB):
+  // the finding stays as it was, its fix unguessed by the plan.
+  const AutopilotFinding none = PlanMemoryFix(Oom(), job, {});
+  EXPECT_EQ(none.evidence, Oom().evidence);
+}
+
+TEST(AutopilotMemory, OptimiserStateIsPartitionedWhenThatIsWhatDoesNotFit) {
+  // adamw-migration's shape: 3.2 M parameters, little activation.
+  v1::JobSpec job = GptJob(4, 4, 256, 16, 4, 0);
+  auto remedies = MemoryRemedies(job, {});
+  ASSERT_TRUE(remedies.ok()) << remedies.status().message();
+  auto zero = std::find_if(remedies->begin(), remedies->end(),
+                           [](const MemoryRemedy& r) { return r.name == "ZeRO-1"; });
+  ASSERT_NE(zero, remedies->end());
+  // Cheaper in step time where it fits (on these cores), and no help here:
+  // recomputing the activations.
+  EXPECT_EQ(remedies->front().name, "activation checkpointing");
+  // A device the partitioned state fits in with 20% to spare.
+  job.mutable_memory()->set_device_budget_mb(zero->predicted_bytes / 0.8 / (1024 * 1024));
+  const AutopilotFinding f = PlanMemoryFix(Oom(), job, {});
+  EXPECT_EQ(Setting(f, "optim.zero_stage"), "1") << f.evidence;
+  EXPECT_EQ(f.fix.settings_size(), 1);
+}
+
+TEST(AutopilotMemory, AModelTooBigForEveryReplicaIsSplitAcrossTheRanksKeepingTheGlobalBatch) {
+  // deeper-model: 8 blocks of 256 on two 64 MiB devices, 16 sequences a step.
+  const v1::JobSpec job = GptJob(2, 8, 256, 16, 8, 64);
+  const AutopilotFinding f = PlanMemoryFix(Oom(), job, {"grad_accum_steps", "data.batch_size"});
+  const std::string tp = Setting(f, "parallel.tp"), pp = Setting(f, "parallel.pp");
+  EXPECT_TRUE(tp == "2" || pp == "2") << f.evidence;
+  ASSERT_FALSE(Setting(f, "grad_accum_steps").empty()) << f.evidence;
+  const int batch = Setting(f, "data.batch_size").empty() ? 8 : std::stoi(Setting(f, "data.batch_size"));
+  EXPECT_EQ(batch * std::stoi(Setting(f, "grad_accum_steps")), 16)
+      << "one replica left: it accumulates both halves";
+  // Without accumulation a layout would halve the global batch: none is offered.
+  auto closed = MemoryRemedies(job, {});
+  ASSERT_TRUE(closed.ok()) << closed.status().message();
+  for (const auto& r : *closed)
+    for (const auto& [k, v] : r.settings) EXPECT_NE(k, "grad_accum_steps") << r.name;
 }
 
 }  // namespace

@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "common/restore_parts.h"
 #include "faults/dataloader_starvation.h"
+#include "faults/job_setting.h"
 #include "faults/rank_crash.h"
-#include "faults/runner.h"
 #include "faults/registry.h"
+#include "faults/runner.h"
 #include "faults/targeting.h"
 
 namespace firedrill::faults {
@@ -225,6 +228,78 @@ TEST(ConfigFaults, StaleAccumulationSetsTheAccumulationStepsAndNothingElse) {
   ApplyFaultsToJob({rf}, &got);
   want.set_grad_accum_steps(1);
   EXPECT_EQ(got.DebugString(), want.DebugString());
+}
+
+TEST(ConfigFaults, ADeployChangeSetsItsSettingsAndNothingElse) {
+  const FaultKind* k = FindFaultKind("deploy_change");
+  ASSERT_NE(k, nullptr);
+  v1::FaultSpec f = Spec("deploy_change");
+  EXPECT_NE(k->validate(f).message().find("params.set is empty"), std::string::npos)
+      << k->validate(f).message();
+  auto add = [&](const std::string& key, const std::string& value) {
+    auto* kv = f.mutable_deploy_change()->add_set();
+    kv->set_key(key);
+    kv->set_value(value);
+  };
+  add("data.batch_size", "32");
+  add("optim.kind", "adamw");
+  add("model.activation_checkpointing", "false");
+  EXPECT_TRUE(k->validate(f).ok()) << k->validate(f).message();
+  // Each key once, each value one its field takes, a key that exists.
+  add("data.batch_size", "16");
+  EXPECT_EQ(k->validate(f).message(), "params.set[3].key 'data.batch_size' is set twice");
+  f.mutable_deploy_change()->mutable_set(3)->set_key("data.batch");
+  EXPECT_NE(k->validate(f).message().find("params.set[3] does not apply: unknown setting 'data.batch'"),
+            std::string::npos)
+      << k->validate(f).message();
+  f.mutable_deploy_change()->mutable_set(3)->set_key("grad_accum_steps");
+  f.mutable_deploy_change()->mutable_set(3)->set_value("two");
+  EXPECT_EQ(k->validate(f).message(),
+            "params.set[3] does not apply: setting 'grad_accum_steps': expected an integer, got 'two'");
+  f.mutable_deploy_change()->mutable_set(3)->set_key("model");
+  f.mutable_deploy_change()->mutable_set(3)->set_value("x");
+  EXPECT_NE(k->validate(f).message().find("a section"), std::string::npos) << k->validate(f).message();
+  f.mutable_deploy_change()->mutable_set()->RemoveLast();
+  // The whole job's, from its start.
+  f.mutable_trigger()->mutable_step()->set_value(30);
+  EXPECT_NE(k->validate(f).message().find("trigger.step must be 0"), std::string::npos);
+  f.mutable_trigger()->mutable_step()->set_value(0);
+  f.mutable_target()->set_all_ranks(false);
+  EXPECT_NE(k->validate(f).message().find("all_ranks"), std::string::npos);
+  f.mutable_target()->set_all_ranks(true);
+
+  v1::JobSpec job;
+  job.set_world_size(4);
+  job.mutable_model()->set_kind("gpt-tiny");
+  job.mutable_model()->set_activation_checkpointing(true);
+  job.mutable_data()->set_batch_size(8);
+  job.mutable_optim()->set_kind("sgd");
+  v1::ResolvedFault rf;
+  rf.set_kind("deploy_change");
+  *rf.mutable_deploy_change() = f.deploy_change();
+  v1::JobSpec got = job, want = job;
+  ApplyFaultsToJob({rf}, &got);
+  want.mutable_data()->set_batch_size(32);
+  want.mutable_optim()->set_kind("adamw");
+  want.mutable_model()->set_activation_checkpointing(false);
+  EXPECT_EQ(got.DebugString(), want.DebugString());
+}
+
+TEST(ConfigFaults, SettingAJobKeyLeavesTheJobAsItWasWhenItFails) {
+  v1::JobSpec job;
+  job.mutable_data()->set_batch_size(8);
+  const v1::JobSpec before = job;
+  EXPECT_TRUE(SetJobKey(&job, "parallel.tp", "2").ok());
+  EXPECT_EQ(job.parallel().tp(), 2);
+  job = before;
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{{"parallel.nope", "2"},
+                                                                                   {"nope.tp", "2"},
+                                                                                   {"parallel", "2"},
+                                                                                   {"data.batch_size", "8.5"},
+                                                                                   {"", "1"}}) {
+    EXPECT_FALSE(SetJobKey(&job, key, value).ok()) << key;
+    EXPECT_EQ(job.DebugString(), before.DebugString()) << key << ": a failed setting left a change";
+  }
 }
 
 TEST(ConfigFaults, CheckpointLoadSetsTheLoaderAndNothingElse) {

@@ -62,16 +62,17 @@ TEST(Registry, KnowsTheKindsAndWhichActAtRunTime) {
   EXPECT_EQ(FindFaultKind("straggler")->scope, Scope::kHost);
   EXPECT_EQ(FindFaultKind("gremlin"), nullptr);
   EXPECT_EQ(FaultKindNames(),
-            (std::vector<std::string>{"straggler", "dataloader_starvation", "padding_waste", "tiny_buckets",
-                                      "collective_desync", "fp16_overflow", "lr_rule", "grad_accumulation",
-                                      "device_memory", "resume_without_state", "checkpoint_cadence",
-                                      "stale_accumulation", "checkpoint_load", "comm_misconfig",
-                                      "silent_divergence", "corrupt_checkpoint", "rank_crash", "slow_link"}));
+            (std::vector<std::string>{
+                "straggler", "dataloader_starvation", "padding_waste", "tiny_buckets", "collective_desync",
+                "fp16_overflow", "lr_rule", "grad_accumulation", "device_memory", "resume_without_state",
+                "checkpoint_cadence", "stale_accumulation", "checkpoint_load", "deploy_change",
+                "comm_misconfig", "silent_divergence", "corrupt_checkpoint", "rank_crash", "slow_link"}));
   EXPECT_TRUE(FindFaultKind("rank_crash")->once) << "a host going down is an event";
   EXPECT_FALSE(FindFaultKind("resume_without_state")->make) << "the restart path's setting: an overlay";
   EXPECT_FALSE(FindFaultKind("checkpoint_cadence")->make) << "a cadence: an overlay, nothing slowed";
   EXPECT_FALSE(FindFaultKind("stale_accumulation")->make) << "a launch command's setting: an overlay";
   EXPECT_FALSE(FindFaultKind("checkpoint_load")->make) << "the resume's loader: an overlay";
+  EXPECT_FALSE(FindFaultKind("deploy_change")->make) << "a deploy's settings: an overlay";
   EXPECT_TRUE(FindFaultKind("corrupt_checkpoint")->once) << "an event: the drill's first run only";
   EXPECT_FALSE(FindFaultKind("straggler")->once) << "a condition of its host: every run there";
   // Each kind acts somewhere: at run time on seams, or through the deploy.

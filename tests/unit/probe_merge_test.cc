@@ -1,8 +1,10 @@
 // The controller's side of probes: defaults and limits of a request, the
 // nccl-tests bus-bandwidth factors, and merging the ranks' reports.
+#include "controller/probe_merge.h"
+
 #include <gtest/gtest.h>
 
-#include "controller/probe_merge.h"
+#include <map>
 
 namespace firedrill::controller {
 namespace {
@@ -30,7 +32,7 @@ TEST(ProbeSpec, DefaultsAreAllReducePerfsUsualSweep) {
 TEST(ProbeSpec, BadRequestsNameTheFlag) {
   EXPECT_EQ(NormalizeProbeSpec(Op("alltoall")).status().message(),
             "probe: unknown op 'alltoall'; known: allreduce, allgather, reducescatter, p2p, checksum, "
-            "resume, activations");
+            "resume, activations, scaling");
   v1::ProbeSpec s = Op("allreduce");
   s.set_min_bytes(1 << 20);
   s.set_max_bytes(1 << 10);
@@ -180,6 +182,74 @@ TEST(ProbeActivations, TakesNoSizesAndMergesEachPointOverRanks) {
   EXPECT_EQ(m->activations(1).ranks_nonfinite(), 1);
   reports[1].mutable_activations(1)->set_name("layers.1.linear");
   EXPECT_NE(MergeProbeReports(*spec, 2, reports).status().message().find("rank 1 ran other points"),
+            std::string::npos);
+}
+
+TEST(ProbeScaling, TheSlowestParticipantSetsEachSizesRateAgainstOneRanks) {
+  auto spec = NormalizeProbeSpec(Op("scaling"));
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->iters(), 10);
+  EXPECT_EQ(spec->warmup_iters(), 2);
+  v1::ProbeSpec sized = Op("scaling");
+  sized.set_max_bytes(1024);
+  EXPECT_NE(NormalizeProbeSpec(sized).status().message().find("takes no sizes"), std::string::npos);
+  // World 4: 1 rank at 10 ms, 2 at 12 and 13, 4 at 20-25 ms; 8 samples a rank.
+  std::vector<v1::ProbeReport> reports(4);
+  const std::map<int, std::vector<double>> ms = {{1, {10}}, {2, {12, 13}}, {4, {20, 25, 21, 22}}};
+  for (int r = 0; r < 4; ++r) {
+    reports[r].set_rank(r);
+    for (const auto& [n, times] : ms) {
+      if (r >= n) continue;
+      auto* row = reports[r].add_scaling();
+      row->set_ranks(n);
+      row->set_step_ms(times[r]);
+      row->set_comm_ms(n > 1 ? times[r] - 9 : 0);
+      row->set_samples_per_step(8);
+      row->set_mfu(0.1 * 10 / times[r]);
+    }
+  }
+  auto m = MergeProbeReports(*spec, 4, reports);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(m->scaling_size(), 3);
+  EXPECT_EQ(m->scaling(0).ranks(), 1);
+  EXPECT_DOUBLE_EQ(m->scaling(0).samples_per_s(), 800);
+  EXPECT_DOUBLE_EQ(m->scaling(0).efficiency(), 1);
+  EXPECT_DOUBLE_EQ(m->scaling(1).step_ms(), 13) << "the slowest of the two";
+  EXPECT_DOUBLE_EQ(m->scaling(1).samples_per_s(), 2 * 8 * 1000.0 / 13);
+  EXPECT_NEAR(m->scaling(1).efficiency(), 10.0 / 13, 1e-12);
+  EXPECT_DOUBLE_EQ(m->scaling(2).step_ms(), 25);
+  EXPECT_DOUBLE_EQ(m->scaling(2).comm_ms(), 16);
+  EXPECT_NEAR(m->scaling(2).efficiency(), 10.0 / 25, 1e-12);
+  // A size with a participant missing is an error, not a rate.
+  reports[3].clear_scaling();
+  EXPECT_NE(
+      MergeProbeReports(*spec, 4, reports).status().message().find("3 rank(s) reported the 4-rank step"),
+      std::string::npos);
+  // A size nobody reported, or one that is not run on this world, too.
+  std::vector<v1::ProbeReport> only_one(4);
+  for (int r = 0; r < 4; ++r) only_one[r].set_rank(r);
+  auto* row = only_one[0].add_scaling();
+  row->set_ranks(1);
+  row->set_step_ms(10);
+  row->set_samples_per_step(8);
+  EXPECT_NE(MergeProbeReports(*spec, 4, only_one).status().message().find("no rank reported the 2-rank step"),
+            std::string::npos);
+  EXPECT_TRUE(MergeProbeReports(*spec, 1, {only_one[0]}).ok()) << "world 1: the one-rank step is all";
+  std::vector<v1::ProbeReport> two(2);
+  for (int r = 0; r < 2; ++r) {
+    two[r].set_rank(r);
+    for (int n : {1, 2, 3}) {
+      if (r >= n) continue;
+      auto* sized_row = two[r].add_scaling();
+      sized_row->set_ranks(n);
+      sized_row->set_step_ms(10 + n);
+      sized_row->set_samples_per_step(8);
+    }
+  }
+  EXPECT_NE(MergeProbeReports(*spec, 2, two)
+                .status()
+                .message()
+                .find("a 3-rank step is not one of the sizes run on 2"),
             std::string::npos);
 }
 

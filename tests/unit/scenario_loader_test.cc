@@ -177,14 +177,16 @@ TEST(ScenarioLoader, UnknownFaultKindListsKnownKinds) {
             "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, "
             "dataloader_starvation, padding_waste, "
             "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, "
-            "resume_without_state, checkpoint_cadence, stale_accumulation, checkpoint_load, comm_misconfig, "
+            "resume_without_state, checkpoint_cadence, stale_accumulation, checkpoint_load, deploy_change, "
+            "comm_misconfig, "
             "silent_divergence, corrupt_checkpoint, rank_crash, slow_link");
   std::string no_params = With("    params: {slowdown: 2.0}\n", "");
   EXPECT_EQ(ErrorOf(no_params.replace(no_params.find("kind: straggler"), 15, "kind: gremlin")),
             "t.yaml:13:11: faults[0].kind: unknown fault kind 'gremlin'; known kinds: straggler, "
             "dataloader_starvation, padding_waste, "
             "tiny_buckets, collective_desync, fp16_overflow, lr_rule, grad_accumulation, device_memory, "
-            "resume_without_state, checkpoint_cadence, stale_accumulation, checkpoint_load, comm_misconfig, "
+            "resume_without_state, checkpoint_cadence, stale_accumulation, checkpoint_load, deploy_change, "
+            "comm_misconfig, "
             "silent_divergence, corrupt_checkpoint, rank_crash, slow_link");
 }
 

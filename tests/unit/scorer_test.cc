@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 
 namespace firedrill::controller {
@@ -294,6 +295,28 @@ TEST_F(ScorerTest, ReplacingHostsThatAreNotCulpritsIsCollateral) {
   EXPECT_EQ(r.total(), 0);  // 15 for the fix, -30 collateral: nothing
   scenario.mutable_rubric()->set_collateral_cost(4);
   EXPECT_EQ(ItemNamed(Score(in), "collateral").points(), -12);
+}
+
+TEST_F(ScorerTest, AMachineOfTwoRanksIsReplacedOnceAndNeverWithItsCulprit) {
+  // Ranks 0-1 and 2-3 share machines; the culprits (the fixture's) decide
+  // which machine is the culprit's. Naming both ranks of the other machine
+  // is one replacement, one collateral action; naming the culprit's
+  // host-mate is none.
+  const std::set<int> culprits(record.answer_findings(0).culprit_ranks().begin(),
+                               record.answer_findings(0).culprit_ranks().end());
+  ASSERT_FALSE(culprits.empty());
+  const int culprit_host = *culprits.begin() / 2;
+  const int other = culprit_host == 0 ? 2 : 0;
+  record.mutable_fix()->clear_replace_host_ranks();
+  record.mutable_fix()->add_replace_host_ranks(other);
+  record.mutable_fix()->add_replace_host_ranks(other + 1);
+  EXPECT_EQ(CollateralActions(record, record.fix(), 1).size(), 2u) << "one rank per machine: two machines";
+  const auto c = CollateralActions(record, record.fix(), 2);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_NE(c[0].find("which holds no culprit"), std::string::npos) << c[0];
+  record.mutable_fix()->clear_replace_host_ranks();
+  record.mutable_fix()->add_replace_host_ranks(culprit_host * 2 + 1 - *culprits.begin() % 2);
+  EXPECT_TRUE(CollateralActions(record, record.fix(), 2).empty()) << "the culprit's own machine";
 }
 
 TEST_F(ScorerTest, RestartingFromScratchIsCollateral) {

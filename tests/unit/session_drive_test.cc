@@ -248,6 +248,35 @@ v1::Scenario ShrinkDrill(const std::string& id, int min_nodes, int max_restarts 
   return sc;
 }
 
+// A language model whose deploy raised the per-rank batch from 4 to 8 (16
+// sequences a step on two ranks). `open`: the owners let a fix split the
+// batch and keep the deployed one; otherwise the batch is closed.
+v1::Scenario BatchDrill(const std::string& id, bool open) {
+  v1::Scenario sc = Drill();
+  sc.set_id(id);
+  auto* m = sc.mutable_job()->mutable_model();
+  m->Clear();
+  m->set_kind("gpt-tiny");
+  m->set_hidden(16);
+  m->set_layers(2);
+  m->set_heads(2);
+  m->set_seq_len(8);
+  sc.clear_faults();
+  auto* f = sc.add_faults();
+  f->set_kind("deploy_change");
+  f->mutable_target()->set_all_ranks(true);
+  f->mutable_trigger()->mutable_step()->set_value(0);
+  auto* kv = f->mutable_deploy_change()->add_set();
+  kv->set_key("data.batch_size");
+  kv->set_value("8");
+  if (open) {
+    sc.add_may_change("data.batch_size");
+    sc.add_may_change("grad_accum_steps");
+    sc.set_keep_global_batch(true);
+  }
+  return sc;
+}
+
 class SessionDriveTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -278,7 +307,8 @@ class SessionDriveTest : public ::testing::Test {
     sm_ = std::make_unique<SessionManager>(
         opts, store_.get(), &pool_,
         std::vector<v1::Scenario>{Drill(), no_node, ShrinkDrill("drive-shrink", 2),
-                                  ShrinkDrill("drive-wait", 3), ShrinkDrill("drive-no-restart", 2, 0)});
+                                  ShrinkDrill("drive-wait", 3), ShrinkDrill("drive-no-restart", 2, 0),
+                                  BatchDrill("drive-batch", true), BatchDrill("drive-gpt", false)});
     ASSERT_TRUE(sm_->Init().ok());
   }
   void TearDown() override {
@@ -675,6 +705,48 @@ TEST_F(SessionDriveTest, CheckpointListingVerifiesWithTheCheckpointTool) {
   v1::ListCheckpointsRequest q;
   q.set_session_id(quiet);
   EXPECT_NE(sm_->ListCheckpoints(q).status().message().find("does not offer checkpoints"), std::string::npos);
+}
+
+// The global batch is what is trained: a fix that changes it through the
+// layout (fewer data-parallel replicas) is a workload change where the
+// drill does not open the batch, and where the owners chose the deployed
+// batch no fix may train another, back to yesterday's included. Refusals
+// spend nothing: the job runs on.
+TEST_F(SessionDriveTest, AFixKeepsTheGlobalBatchWhateverTheLayout) {
+  Agent("a0", "node-0");
+  Agent("a1", "node-1");
+  WaitAgents(2);
+  auto fix = [&](const std::string& id, const std::vector<std::pair<std::string, std::string>>& kvs) {
+    v1::ApplyFixRequest req;
+    req.set_session_id(id);
+    for (const auto& [k, v] : kvs) {
+      auto* s = req.add_settings();
+      s->set_key(k);
+      s->set_value(v);
+    }
+    return sm_->Fix(req).status();
+  };
+  const std::string open = StartRunning("drive-batch");
+  Status back = fix(open, {{"data.batch_size", "4"}});
+  EXPECT_EQ(back.code(), StatusCode::kFailedPrecondition) << back.message();
+  EXPECT_NE(back.message().find("global batch of 8 samples"), std::string::npos) << back.message();
+  EXPECT_NE(back.message().find("chose the 16"), std::string::npos) << back.message();
+  Status layout = fix(open, {{"parallel.pp", "2"}});
+  EXPECT_EQ(layout.code(), StatusCode::kFailedPrecondition) << layout.message();
+  auto st = sm_->GetStatus(open);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->session().state(), "running") << "a refused fix spends nothing";
+  ASSERT_TRUE(sm_->End(open).ok());
+
+  const std::string closed = StartRunning("drive-gpt");
+  Status halved = fix(closed, {{"parallel.pp", "2"}});
+  EXPECT_EQ(halved.code(), StatusCode::kFailedPrecondition) << halved.message();
+  EXPECT_NE(halved.message().find(
+                "the global batch (8 samples per optimiser step with this fix, 16 as deployed) is "
+                "a workload setting"),
+            std::string::npos)
+      << halved.message();
+  ASSERT_TRUE(sm_->End(closed).ok());
 }
 
 TEST_F(SessionDriveTest, ConcurrentEndsAndAShutdownEndTheSessionOnce) {
