@@ -262,8 +262,7 @@ void AgentClient::JobMain(v1::RunJob job) {
     job_running_ = false;
     return;
   }
-  // As NCCL's shared-memory and P2P transports: within one host only.
-  o.shared_memory_allreduce = transport != "gloo" && job.ranks_share_host();
+  o.shared_memory_allreduce = SharedMemoryAllReduce(job.job(), job.ranks_share_host());
   o.store_ready = [this, run_id, rank](const StoreAddress& a) {
     v1::AgentMessage m;
     auto* e = m.mutable_event();

@@ -80,11 +80,7 @@ int RunRank(const v1::JobSpec& job, int rank, int64_t seed, int64_t steps, int l
   o.rank = rank;
   o.seed = static_cast<uint64_t>(seed);
   o.max_steps = steps;
-  // As the agent: the shared-memory all-reduce only where the job's
-  // transport allows it (every rank here shares this host). Gloo's path
-  // holds the gradients in tracked memory, and a drill's budget counts them.
-  const std::string& transport = job.comm().transport();
-  o.shared_memory_allreduce = transport != "gloo";
+  o.shared_memory_allreduce = agent::SharedMemoryAllReduce(job, /*ranks_share_host=*/true);  // one host: this one
   o.store_ready = [&](const agent::StoreAddress& a) {
     const std::string line = a.host + " " + std::to_string(a.port) + "\n";
     if (rank == 0) (void)!write(addr_out, line.data(), line.size());

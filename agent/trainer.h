@@ -77,6 +77,15 @@ struct TrainerOptions {
   std::shared_ptr<ProbeMailbox> probes;
 };
 
+// Whether a job's gradient all-reduces may go through shared memory, as
+// NCCL's shared-memory and P2P transports do: only among ranks of one host,
+// and not where the job's comm.transport names Gloo (a drill's memory
+// budget then counts the gradients Gloo's path holds). The agent and
+// firedrill-train both ask this.
+inline bool SharedMemoryAllReduce(const v1::JobSpec& job, bool ranks_share_host) {
+  return ranks_share_host && job.comm().transport() != "gloo";
+}
+
 class Trainer {
  public:
   static StatusOr<std::unique_ptr<Trainer>> Create(TrainerOptions opts);
