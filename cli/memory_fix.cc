@@ -71,11 +71,12 @@ StatusOr<std::vector<MemoryRemedy>> MemoryRemedies(const v1::JobSpec& job,
   Candidate base{"", w, now, {}, 1.0};
   // Partitioning the optimiser state over the replicas: the gradient
   // all-reduce, then an all-gather of the updated partitions. Free on a
-  // GPU's links, not on these cores: adamw-migration's AdamW job took 87
-  // against 57 ms a step with it (`firedrill-train`, bench/RESULTS.md), so
-  // a split of the micro-batch or recomputation, where either fits, costs less.
+  // GPU's links, not on these cores: adamw-migration's AdamW job took 119
+  // to 128 against 71 to 77 ms a step with it (`firedrill-train`, gradients
+  // over Gloo; bench/RESULTS.md), so a split of the micro-batch or
+  // recomputation, where either fits, costs less.
   const bool zero_ok = now.zero_stage == 0 && now.tp * now.pp == 1 && now.dp > 1;
-  constexpr double kZeroCost = 1.5;
+  constexpr double kZeroCost = 1.6;
   if (zero_ok) {
     Candidate c = base;
     c.name = "ZeRO-1";
