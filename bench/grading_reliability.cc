@@ -90,6 +90,14 @@ v1::ApplyFixRequest WrongFix(const v1::Scenario& sc, int culprit) {
     set("model.activation_checkpointing", "true");
   else if (id == "deeper-model")
     set("optim.zero_stage", "1");  // the state partitioned: weights and gradients stay whole
+  else if (id == "longer-context")
+    set("optim.zero_stage", "1");  // the state partitioned: the activations stay
+  else if (id == "launcher-v2")
+    set("parallel.schedule", "gpipe");  // another schedule, the same one micro-batch
+  else if (id == "platform-defaults")
+    set("comm.bucket_mb", "100");  // bigger gradient buckets: the TP all-reduces stay
+  else if (id == "tidy-config")
+    set("comm.bucket_mb", "100");  // bigger gradient buckets: the TP pairs still cross machines
   else if (id == "new-base-image")
     set("data.num_workers", "2");  // more loader workers: the compute threads stay two a rank
   // All of the state loaded, from `latest`: written after the lossy restart.

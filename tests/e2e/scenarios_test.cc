@@ -75,7 +75,11 @@ const std::vector<Case> kCases = {
     {"new-recipe", 121, {"out-of-memory"}},
     {"adamw-migration", 123, {"out-of-memory"}},
     {"deeper-model", 125, {"out-of-memory"}},
+    {"longer-context", 137, {"out-of-memory"}},
     // Parallelism.
+    {"launcher-v2", 127, {"pipeline-bubble"}},
+    {"platform-defaults", 129, {"parallel-layout"}},
+    {"tidy-config", 131, {"parallel-layout"}},
     {"new-base-image", 135, {"device-oversubscription"}},
 };
 

@@ -257,11 +257,10 @@ TEST(ScenarioTools, CoverageCommandOverShippedScenarios) {
   EXPECT_EQ(code, 0) << err.str();
   EXPECT_NE(out.str().find("throughput-halved"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("module 6 Diagnosing throughput loss: "), std::string::npos) << out.str();
-  // The memory module, every atom; the parallelism module's layout drills
-  // (tensor and pipeline parallelism, the mesh) are not shipped yet (issue 13).
+  // The memory and parallelism modules, every atom (issue 13).
   EXPECT_NE(out.str().find("module 1 Why one GPU runs out: 7/7 atoms covered"), std::string::npos)
       << out.str();
-  EXPECT_NE(out.str().find("module 2 Parallelism strategies: 2/7 atoms covered"), std::string::npos)
+  EXPECT_NE(out.str().find("module 2 Parallelism strategies: 7/7 atoms covered"), std::string::npos)
       << out.str();
   EXPECT_NE(out.str().find("total: "), std::string::npos) << out.str();
 
