@@ -88,10 +88,8 @@ v1::ApplyFixRequest WrongFix(const v1::Scenario& sc, int culprit) {
   // Recomputing activations where they are not what overflows the device.
   else if (id == "new-recipe" || id == "adamw-migration")
     set("model.activation_checkpointing", "true");
-  else if (id == "deeper-model")
-    set("optim.zero_stage", "1");  // the state partitioned: weights and gradients stay whole
-  else if (id == "longer-context")
-    set("optim.zero_stage", "1");  // the state partitioned: the activations stay
+  else if (id == "deeper-model" || id == "longer-context")
+    set("optim.zero_stage", "1");  // the state partitioned: weights, gradients and activations stay whole
   else if (id == "launcher-v2")
     set("parallel.schedule", "gpipe");  // another schedule, the same one micro-batch
   else if (id == "platform-defaults")
