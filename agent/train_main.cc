@@ -56,6 +56,10 @@ void PrintStep(const v1::StepReport& r) {
                   r.skipped_total());
     line += buf;
   }
+  if (r.mesh().pp_size() > 1) {
+    std::snprintf(buf, sizeof(buf), " | bubble %4.1f%%", 100.0 * r.pp_bubble_fraction());
+    line += buf;
+  }
   std::snprintf(buf, sizeof(buf), " | grad %.3g | lr %.3g | mem peak %s", r.grad_norm(), r.lr(),
                 agent::FormatSize(static_cast<uint64_t>(r.mem_peak_bytes())).c_str());
   line += buf;

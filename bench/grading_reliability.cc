@@ -176,6 +176,7 @@ struct Trial {
   bool done = false, passed = false;
   double ratio = 0, skew = 0;
   double loss_ratio = 0;  // numerics drills: fixed/healthy mean loss (inf: not finite)
+  double bubble = 0;      // pipeline drills: the fixed windows' measured bubble
   int fix_points = 0, total = 0;
   double seconds = 0;
   std::string detail;
@@ -289,6 +290,7 @@ Trial Play(cli::DrillClient& c, const v1::Scenario& sc, int64_t seed, bool accep
     t.ratio = v.throughput_ratio();
     t.skew = v.rank_step_skew();
     t.loss_ratio = v.loss_ratio();
+    t.bubble = v.pp_bubble();
     t.detail = v.detail();
     t.total = score->total();
     for (const auto& it : score->items())
@@ -305,7 +307,8 @@ nlohmann::json ToJson(const Trial& t) {
           {"seed", t.seed},         {"done", t.done},           {"passed", t.passed},
           {"ratio", t.ratio},       {"skew", t.skew},           {"fix_points", t.fix_points},
           {"total", t.total},       {"seconds", t.seconds},     {"detail", t.detail},
-          {"hosts", t.hosts},       {"loss_ratio", std::isfinite(t.loss_ratio) ? t.loss_ratio : 1e308}};
+          {"hosts", t.hosts},       {"loss_ratio", std::isfinite(t.loss_ratio) ? t.loss_ratio : 1e308},
+          {"bubble", t.bubble}};
 }
 
 // The trials of earlier runs: a long measurement is taken in parts
@@ -329,6 +332,7 @@ std::vector<Trial> ReadTrials(const std::string& path) {
     t.skew = j.value("skew", 0.0);
     t.loss_ratio = j.value("loss_ratio", 0.0);
     if (t.loss_ratio >= 1e308) t.loss_ratio = std::numeric_limits<double>::infinity();  // as written: JSON has no inf
+    t.bubble = j.value("bubble", 0.0);
     t.fix_points = j.value("fix_points", 0);
     t.total = j.value("total", 0);
     t.seconds = j.value("seconds", 0.0);
@@ -375,23 +379,30 @@ void PrintTable(const std::vector<Trial>& results, const std::vector<v1::Scenari
                 Median(rw), rw.empty() ? 0.0 : *std::max_element(rw.begin(), rw.end()));
   }
   std::printf("\nfalse fails %d of %d accepted fixes, false passes %d of %d wrong fixes\n", ff, acc_n, fp, wrong_n);
-  // The numerics drills are judged on the loss too: its spread beside the ceiling.
-  bool header = false;
-  for (const auto& [key, ts] : by) {
-    const v1::Scenario* s = sc.count(key.first) ? sc[key.first] : nullptr;
-    if (s == nullptr || s->verify().loss_vs_baseline_max() <= 0) continue;
-    if (!header) {
-      std::printf("\n| scenario | condition | loss ratio max | accepted loss ratio median / max | "
-                  "wrong loss ratio min / median |\n|---|---|---|---|---|\n");
-      header = true;
+  // Drills judged on a ceiling beside the floor (the numerics drills' loss
+  // ratio, the pipeline drills' bubble): its spread beside the ceiling.
+  auto ceiling_table = [&](const char* name, auto ceiling, double Trial::*value) {
+    bool header = false;
+    for (const auto& [key, ts] : by) {
+      const v1::Scenario* s = sc.count(key.first) ? sc[key.first] : nullptr;
+      const double max = s == nullptr ? 0 : ceiling(s->verify());
+      if (max <= 0) continue;
+      if (!header) {
+        std::printf("\n| scenario | condition | %s max | accepted %s median / max | wrong %s min / median "
+                    "|\n|---|---|---|---|---|\n",
+                    name, name, name);
+        header = true;
+      }
+      std::vector<double> a, w;
+      for (const auto* t : ts) (t->fix == "accepted" ? a : w).push_back(t->*value);
+      std::printf("| %s | %s | %.2f | %.3f / %.3f | %.3f / %.3f |\n", key.first.c_str(), key.second.c_str(), max,
+                  Median(a), a.empty() ? 0.0 : *std::max_element(a.begin(), a.end()),
+                  w.empty() ? 0.0 : *std::min_element(w.begin(), w.end()), Median(w));
     }
-    std::vector<double> la, lw;
-    for (const auto* t : ts) (t->fix == "accepted" ? la : lw).push_back(t->loss_ratio);
-    std::printf("| %s | %s | %.2f | %.3f / %.3f | %.3f / %.3f |\n", key.first.c_str(), key.second.c_str(),
-                s->verify().loss_vs_baseline_max(), Median(la),
-                la.empty() ? 0.0 : *std::max_element(la.begin(), la.end()),
-                lw.empty() ? 0.0 : *std::min_element(lw.begin(), lw.end()), Median(lw));
-  }
+  };
+  ceiling_table("loss ratio", [](const v1::VerifySpec& v) { return v.loss_vs_baseline_max(); }, &Trial::loss_ratio);
+  ceiling_table("bubble", [](const v1::VerifySpec& v) { return v.has_pp_bubble_max() ? v.pp_bubble_max() : 0.0; },
+                &Trial::bubble);
 }
 
 }  // namespace

@@ -285,10 +285,12 @@ bool VerdictDecided(const std::vector<MeasuredPair>& pairs, int planned, const v
   best.fixed.rank_step_skew = 1;
   best.fixed.mean_loss = 0;
   best.fixed.skipped_fraction = 0;
+  best.fixed.pp_bubble_fraction = 0;
   worst.fixed.throughput_samples_per_s = worst.fixed.tokens_per_s = 0;
   worst.fixed.rank_step_skew = std::numeric_limits<double>::max();
   worst.fixed.mean_loss = std::numeric_limits<double>::infinity();
   worst.fixed.skipped_fraction = 1;
+  worst.fixed.pp_bubble_fraction = 1;
   // Skew fails at both ends (none measured reads 0): the worst is either.
   MeasuredPair unmeasured = worst;
   unmeasured.fixed.rank_step_skew = 0;
@@ -308,7 +310,8 @@ v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::Verify
   v.set_throughput_ratio_min(spec.throughput_vs_baseline_min());
   v.set_rank_step_skew_max(spec.rank_step_skew_max());
   const bool judge_loss = spec.loss_vs_baseline_max() > 0, judge_skips = spec.has_skipped_steps_max();
-  std::vector<double> ratios, skews, healthy, fixed, loss_ratios, skips;
+  const bool judge_bubble = spec.has_pp_bubble_max();
+  std::vector<double> ratios, skews, healthy, fixed, loss_ratios, skips, bubbles;
   size_t of_stretch = 0;  // pairs whose skew is of stretch
   int64_t steps = pairs.empty() ? 0 : INT64_MAX;
   for (const auto& p : pairs) {
@@ -321,6 +324,8 @@ v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::Verify
     vp->set_healthy_loss(p.healthy.mean_loss);
     vp->set_fixed_loss(p.fixed.mean_loss);
     vp->set_fixed_skipped_fraction(p.fixed.skipped_fraction);
+    vp->set_fixed_bubble(p.fixed.pp_bubble_fraction);
+    bubbles.push_back(p.fixed.pp_bubble_fraction);
     loss_ratios.push_back(LossRatio(p.healthy, p.fixed));
     skips.push_back(p.fixed.skipped_fraction);
     ratios.push_back(vp->ratio());
@@ -341,12 +346,18 @@ v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::Verify
   const double loss_ratio = Median(loss_ratios), skipped = Median(skips);
   const bool loss_ok = !judge_loss || (!pairs.empty() && loss_ratio <= spec.loss_vs_baseline_max());
   const bool skips_ok = !judge_skips || (!pairs.empty() && skipped <= spec.skipped_steps_max());
+  const double bubble = Median(bubbles);
+  const bool bubble_ok = !judge_bubble || (!pairs.empty() && bubble <= spec.pp_bubble_max());
+  if (judge_bubble) {
+    v.set_pp_bubble(bubble);
+    v.set_pp_bubble_max(spec.pp_bubble_max());
+  }
   if (judge_loss) {
     v.set_loss_ratio(loss_ratio);
     v.set_loss_ratio_max(spec.loss_vs_baseline_max());
   }
   if (judge_loss || judge_skips) v.set_skipped_fraction(skipped);
-  v.set_passed(steps_ok && tput_ok && skew_ok && loss_ok && skips_ok);
+  v.set_passed(steps_ok && tput_ok && skew_ok && loss_ok && skips_ok && bubble_ok);
   auto list = [](const std::vector<double>& xs) {
     std::string each;
     for (double r : xs) {
@@ -387,6 +398,11 @@ v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::Verify
   if (judge_skips) {
     std::snprintf(buf, sizeof(buf), "; optimiser steps skipped %.1f%% (need <= %.1f%%) %s", 100 * skipped,
                   100 * spec.skipped_steps_max(), skips_ok ? "ok" : "FAIL");
+    detail += buf;
+  }
+  if (judge_bubble) {
+    std::snprintf(buf, sizeof(buf), "; pipeline bubble %.2f of the pipeline's span (pairs: %s), need <= %.2f %s",
+                  bubble, list(bubbles).c_str(), spec.pp_bubble_max(), bubble_ok ? "ok" : "FAIL");
     detail += buf;
   }
   v.set_detail(detail);

@@ -608,6 +608,58 @@ TEST(VerifyLossTest, ANonFiniteLossFailsAndIsNeverARatio) {
   EXPECT_TRUE(std::isinf(LossRatio(Window(5, 1, 1), Window(5, 1, 1))));
 }
 
+// Pipeline drills: a loaded machine fills the bubble's idle time with other
+// work, so the healthy job slows more than one with the bubble left in, and
+// throughput alone passed an unfixed pipeline (launcher-v2 under the
+// grading bench's burner: 0.86 against a 0.85 floor). The measured bubble
+// is judged beside it.
+std::vector<MeasuredPair> BubblePairs(double fixed_ratio, std::vector<double> bubbles) {
+  std::vector<MeasuredPair> out;
+  for (double b : bubbles) {
+    MeasuredPair p{Window(5, 1000, 1.0), Window(5, 1000 * fixed_ratio, 1.0)};
+    p.healthy.pp_bubble_fraction = 0.2;
+    p.fixed.pp_bubble_fraction = b;
+    out.push_back(p);
+  }
+  return out;
+}
+
+TEST(VerifyBubbleTest, AnUnfixedPipelineFailsOnItsBubbleWhateverItsThroughput) {
+  v1::VerifySpec spec = Spec();
+  spec.set_throughput_vs_baseline_min(0.85);
+  spec.set_pp_bubble_max(0.35);
+  v1::Verification v = Verify(BubblePairs(0.86, {0.49, 0.51, 0.48}), spec);
+  EXPECT_FALSE(v.passed()) << v.detail();
+  EXPECT_NEAR(v.pp_bubble(), 0.49, 1e-12);
+  EXPECT_DOUBLE_EQ(v.pp_bubble_max(), 0.35);
+  EXPECT_NE(v.detail().find("pipeline bubble 0.49 of the pipeline's span (pairs: 0.49, 0.51, 0.48), need <= 0.35 FAIL"),
+            std::string::npos)
+      << v.detail();
+  EXPECT_DOUBLE_EQ(v.pairs(1).fixed_bubble(), 0.51);
+  // The median decides: one disturbed pair does not.
+  v = Verify(BubblePairs(1.0, {0.22, 0.60, 0.24}), spec);
+  EXPECT_TRUE(v.passed()) << v.detail();
+  EXPECT_NE(v.detail().find("need <= 0.35 ok"), std::string::npos) << v.detail();
+  // And the throughput is still judged.
+  EXPECT_FALSE(Verify(BubblePairs(0.70, {0.2, 0.2, 0.2}), spec).passed());
+  // Without the ceiling the bubble is not judged (nor shown).
+  spec.clear_pp_bubble_max();
+  v = Verify(BubblePairs(0.86, {0.49, 0.51, 0.48}), spec);
+  EXPECT_TRUE(v.passed()) << v.detail();
+  EXPECT_EQ(v.detail().find("bubble"), std::string::npos) << v.detail();
+  EXPECT_DOUBLE_EQ(v.pp_bubble_max(), 0);
+}
+
+TEST(VerdictDecidedTest, TheBubbleCountsLikeEveryOtherCriterion) {
+  v1::VerifySpec spec = Spec();
+  spec.set_pp_bubble_max(0.35);
+  const auto good = BubblePairs(1.0, {0.2, 0.2}), idle = BubblePairs(1.0, {0.5, 0.5});
+  EXPECT_TRUE(VerdictDecided(good, 3, spec));
+  EXPECT_TRUE(VerdictDecided(idle, 3, spec));
+  EXPECT_FALSE(VerdictDecided({good[0], idle[0]}, 3, spec));
+  EXPECT_FALSE(Verify(idle, spec).passed());
+}
+
 TEST(VerifyLossTest, DrillsThatDoNotJudgeTheLossAreUnchanged) {
   const v1::Verification v = Verify(LossPairs(0.80, NAN, 1.0), Spec());
   EXPECT_EQ(v.loss_ratio(), 0);
