@@ -303,11 +303,20 @@ Trial Play(cli::DrillClient& c, const v1::Scenario& sc, int64_t seed, bool accep
 }
 
 nlohmann::json ToJson(const Trial& t) {
-  return {{"scenario", t.scenario}, {"condition", t.condition}, {"fix", t.fix},
-          {"seed", t.seed},         {"done", t.done},           {"passed", t.passed},
-          {"ratio", t.ratio},       {"skew", t.skew},           {"fix_points", t.fix_points},
-          {"total", t.total},       {"seconds", t.seconds},     {"detail", t.detail},
-          {"hosts", t.hosts},       {"loss_ratio", std::isfinite(t.loss_ratio) ? t.loss_ratio : 1e308},
+  return {{"scenario", t.scenario},
+          {"condition", t.condition},
+          {"fix", t.fix},
+          {"seed", t.seed},
+          {"done", t.done},
+          {"passed", t.passed},
+          {"ratio", t.ratio},
+          {"skew", t.skew},
+          {"fix_points", t.fix_points},
+          {"total", t.total},
+          {"seconds", t.seconds},
+          {"detail", t.detail},
+          {"hosts", t.hosts},
+          {"loss_ratio", std::isfinite(t.loss_ratio) ? t.loss_ratio : 1e308},
           {"bubble", t.bubble}};
 }
 
@@ -388,21 +397,24 @@ void PrintTable(const std::vector<Trial>& results, const std::vector<v1::Scenari
       const double max = s == nullptr ? 0 : ceiling(s->verify());
       if (max <= 0) continue;
       if (!header) {
-        std::printf("\n| scenario | condition | %s max | accepted %s median / max | wrong %s min / median "
-                    "|\n|---|---|---|---|---|\n",
-                    name, name, name);
+        std::printf(
+            "\n| scenario | condition | %s max | accepted %s median / max | wrong %s min / median "
+            "|\n|---|---|---|---|---|\n",
+            name, name, name);
         header = true;
       }
       std::vector<double> a, w;
       for (const auto* t : ts) (t->fix == "accepted" ? a : w).push_back(t->*value);
-      std::printf("| %s | %s | %.2f | %.3f / %.3f | %.3f / %.3f |\n", key.first.c_str(), key.second.c_str(), max,
-                  Median(a), a.empty() ? 0.0 : *std::max_element(a.begin(), a.end()),
+      std::printf("| %s | %s | %.2f | %.3f / %.3f | %.3f / %.3f |\n", key.first.c_str(), key.second.c_str(),
+                  max, Median(a), a.empty() ? 0.0 : *std::max_element(a.begin(), a.end()),
                   w.empty() ? 0.0 : *std::min_element(w.begin(), w.end()), Median(w));
     }
   };
-  ceiling_table("loss ratio", [](const v1::VerifySpec& v) { return v.loss_vs_baseline_max(); }, &Trial::loss_ratio);
-  ceiling_table("bubble", [](const v1::VerifySpec& v) { return v.has_pp_bubble_max() ? v.pp_bubble_max() : 0.0; },
-                &Trial::bubble);
+  ceiling_table(
+      "loss ratio", [](const v1::VerifySpec& v) { return v.loss_vs_baseline_max(); }, &Trial::loss_ratio);
+  ceiling_table(
+      "bubble", [](const v1::VerifySpec& v) { return v.has_pp_bubble_max() ? v.pp_bubble_max() : 0.0; },
+      &Trial::bubble);
 }
 
 }  // namespace

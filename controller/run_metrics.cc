@@ -401,8 +401,9 @@ v1::Verification Verify(const std::vector<MeasuredPair>& pairs, const v1::Verify
     detail += buf;
   }
   if (judge_bubble) {
-    std::snprintf(buf, sizeof(buf), "; pipeline bubble %.2f of the pipeline's span (pairs: %s), need <= %.2f %s",
-                  bubble, list(bubbles).c_str(), spec.pp_bubble_max(), bubble_ok ? "ok" : "FAIL");
+    std::snprintf(buf, sizeof(buf),
+                  "; pipeline bubble %.2f of the pipeline's span (pairs: %s), need <= %.2f %s", bubble,
+                  list(bubbles).c_str(), spec.pp_bubble_max(), bubble_ok ? "ok" : "FAIL");
     detail += buf;
   }
   v.set_detail(detail);

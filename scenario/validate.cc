@@ -640,16 +640,19 @@ Check CheckScenario(const v1::Scenario& s) {
     return Fail("verify.skipped_steps_max",
                 Str("must be in [0, 1] (a share of the window's optimiser steps), got ", v.skipped_steps_max()));
   if (v.has_pp_bubble_max() && !(v.pp_bubble_max() > 0 && v.pp_bubble_max() < 1))
-    return Fail("verify.pp_bubble_max",
-                Str("must be in (0, 1) (a stage's idle share of the pipeline's span), got ", v.pp_bubble_max()));
+    return Fail(
+        "verify.pp_bubble_max",
+        Str("must be in (0, 1) (a stage's idle share of the pipeline's span), got ", v.pp_bubble_max()));
   bool bubble_drill = s.answer().cause() == "pipeline-bubble";
   for (const auto& fd : s.answer().findings()) bubble_drill = bubble_drill || fd.cause() == "pipeline-bubble";
   if (bubble_drill && !v.has_pp_bubble_max())
-    return Fail("verify", "a pipeline-bubble answer needs verify.pp_bubble_max: on a loaded machine other work "
-                          "fills the bubble's idle time, and throughput alone passes a pipeline left as it was");
+    return Fail("verify",
+                "a pipeline-bubble answer needs verify.pp_bubble_max: on a loaded machine other work "
+                "fills the bubble's idle time, and throughput alone passes a pipeline left as it was");
   if (v.has_pp_bubble_max() && s.job().parallel().pp() < 2)
-    return Fail("verify.pp_bubble_max", "judges a pipeline's bubble, and the job has no pipeline (job.parallel.pp is " +
-                                            std::to_string(s.job().parallel().pp()) + "): set it to 2 or more");
+    return Fail("verify.pp_bubble_max",
+                "judges a pipeline's bubble, and the job has no pipeline (job.parallel.pp is " +
+                    std::to_string(s.job().parallel().pp()) + "): set it to 2 or more");
   if (v.mtbf_s() < 0 || v.mtbf_s() > 1e7)
     return Fail("verify.mtbf_s", Str("must be 0 (off) or a time between failures in seconds (at most 1e7), got ",
                                      v.mtbf_s()));

@@ -632,7 +632,8 @@ TEST(VerifyBubbleTest, AnUnfixedPipelineFailsOnItsBubbleWhateverItsThroughput) {
   EXPECT_FALSE(v.passed()) << v.detail();
   EXPECT_NEAR(v.pp_bubble(), 0.49, 1e-12);
   EXPECT_DOUBLE_EQ(v.pp_bubble_max(), 0.35);
-  EXPECT_NE(v.detail().find("pipeline bubble 0.49 of the pipeline's span (pairs: 0.49, 0.51, 0.48), need <= 0.35 FAIL"),
+  EXPECT_NE(v.detail().find(
+                "pipeline bubble 0.49 of the pipeline's span (pairs: 0.49, 0.51, 0.48), need <= 0.35 FAIL"),
             std::string::npos)
       << v.detail();
   EXPECT_DOUBLE_EQ(v.pairs(1).fixed_bubble(), 0.51);

@@ -595,9 +595,11 @@ TEST(ScenarioLoader, APipelineBubbleIsJudgedOnTheMeasuredBubble) {
   auto ok = ParseScenario(good, "launcher-v2.yaml");
   ASSERT_TRUE(ok.ok()) << ok.status().message();
   EXPECT_DOUBLE_EQ(ok->verify().pp_bubble_max(), 0.35);
-  EXPECT_NE(msg(Replaced(good, "  pp_bubble_max: 0.35\n", "")).find("a pipeline-bubble answer needs verify.pp_bubble_max"),
+  EXPECT_NE(msg(Replaced(good, "  pp_bubble_max: 0.35\n", ""))
+                .find("a pipeline-bubble answer needs verify.pp_bubble_max"),
             std::string::npos);
-  EXPECT_NE(msg(Replaced(good, "pp_bubble_max: 0.35", "pp_bubble_max: 1.2")).find("verify.pp_bubble_max: must be in (0, 1)"),
+  EXPECT_NE(msg(Replaced(good, "pp_bubble_max: 0.35", "pp_bubble_max: 1.2"))
+                .find("verify.pp_bubble_max: must be in (0, 1)"),
             std::string::npos);
   EXPECT_NE(msg(Replaced(good, "parallel: {pp: 2}", "parallel: {pp: 1}")).find("the job has no pipeline"),
             std::string::npos);
