@@ -842,10 +842,20 @@ TEST(AutopilotLayout, APipelineThatIdlesGetsMoreSmallerMicroBatchesForTheSameBat
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].cause, "pipeline-bubble");
   EXPECT_NE(found[0].evidence.find("50%"), std::string::npos) << found[0].evidence;
-  EXPECT_EQ(Setting(found[0], "data.batch_size"), "2") << "(p-1)/(m+p-1) at most 15%: m = 8";
-  EXPECT_EQ(Setting(found[0], "grad_accum_steps"), "8");
+  EXPECT_EQ(Setting(found[0], "data.batch_size"), "4") << "(p-1)/(m+p-1) at most a fifth: m = 4";
+  EXPECT_EQ(Setting(found[0], "grad_accum_steps"), "4");
   // As fast as its baseline: a pipeline's bubble is how it always ran.
   for (const auto& f : ReasonAll(LayoutStatus(job, 1.0, 0.5, 0))) EXPECT_NE(f.cause, "pipeline-bubble");
+  // A baseline that read slow (0.89x of it) with the bubble grown from 24%
+  // to 50%: the bubble is the evidence. Grown by less than a fifth of the
+  // step, it is not enough at that speed.
+  v1::SessionStatus st = LayoutStatus(job, 0.89, 0.5, 0);
+  st.mutable_baseline()->set_pp_bubble_fraction(0.24);
+  found = ReasonAll(st);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].cause, "pipeline-bubble");
+  st.mutable_baseline()->set_pp_bubble_fraction(0.34);
+  for (const auto& f : ReasonAll(st)) EXPECT_NE(f.cause, "pipeline-bubble");
 }
 
 TEST(AutopilotLayout, TensorParallelismAModelDoesNotNeedGoesBackToDataParallelism) {
