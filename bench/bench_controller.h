@@ -21,6 +21,7 @@ class BenchController {
   bool ok() const { return !addr_.empty(); }
   const std::string& addr() const { return addr_; }
   const std::string& dir() const { return dir_; }  // its state dir (controller.log, draw.key)
+  pid_t pid() const { return pid_; }
   // Where its agents run, as its log says at start: "netns" or "loopback".
   std::string hosts_mode() const;
 

@@ -4,7 +4,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <condition_variable>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -30,6 +32,7 @@
 #include "cli/team_commands.h"
 #include "cli/token_commands.h"
 #include "cli/trace.h"
+#include "common/http_client.h"
 #include "common/paths.h"
 #include "common/suggest.h"
 
@@ -49,12 +52,13 @@ int PrintOr(const CliContext& ctx, const StatusOr<T>& r, void (*print)(const T&,
 }
 
 int CmdUp(CliContext& ctx, const std::string& listen, const std::vector<std::string>& scenario_dirs,
-          const std::string& tls_dir) {
+          const std::string& tls_dir, const std::string& http_listen) {
   if (auto pid = RunningControllerPid(ctx.state_dir)) {
     *ctx.out << "a controller is already running (pid " << *pid << ") for state dir " << ctx.state_dir << "\n";
     return 0;
   }
-  auto p = StartController(listen, ctx.state_dir, scenario_dirs, tls_dir);
+  auto p =
+      StartController(listen, ctx.state_dir, scenario_dirs, tls_dir, http_listen == "off" ? "" : http_listen);
   if (!p.ok()) return Fail(ctx, p.status());
   // Later commands find this controller, its state and its CA without flags.
   SaveContext({p->address, ctx.state_dir, p->tls_ca});
@@ -63,6 +67,10 @@ int CmdUp(CliContext& ctx, const std::string& listen, const std::vector<std::str
            << "  log:   " << p->log_path << "\n"
            << "  state: " << p->state_dir << " (firedrill.db, agent logs in logs/)\n"
            << "  token: " << OwnerTokenFile(p->state_dir) << " (the owner's; this CLI presents it)\n"
+           << (p->http_address.empty() ? ""
+                                       : "  http:  http://" + p->http_address +
+                                             "/ the dashboard (`firedrill dashboard` prints a login link), "
+                                             "/metrics for Prometheus (the token as a bearer token)\n")
            << "stop it with `firedrill down`\n";
   return 0;
 }
@@ -87,6 +95,62 @@ int CmdDown(CliContext& ctx) {
   auto pid = StopController(ctx.state_dir);
   if (!pid.ok()) return Fail(ctx, pid.status());
   *ctx.out << "controller (pid " << *pid << ") stopped; its agents were stopped with it\n";
+  return 0;
+}
+
+// A one-time login link to the controller's dashboard: the CLI asks the
+// HTTP side (its address is in the state dir) for one with its token, on
+// loopback only.
+int CmdDashboard(CliContext& ctx, const std::string& session) {
+  std::string addr;
+  std::getline(std::ifstream(ctx.state_dir + "/http.addr"), addr);
+  if (addr.empty())
+    return Fail(ctx,
+                FailedPrecondition("the controller of state dir " + ctx.state_dir +
+                                   " serves no HTTP side (no http.addr there): `firedrill up` starts one "
+                                   "with it (--http-listen)"));
+  if (addr.rfind("127.0.0.1:", 0) != 0)
+    return Fail(ctx,
+                FailedPrecondition("the HTTP side " + addr +
+                                   " is not on loopback, and the CLI sends no token in plaintext off this "
+                                   "machine: open http://" +
+                                   addr + "/ and log in with your token"));
+  auto token = ResolveToken(ctx.token_file, ctx.state_dir, ctx.controller);
+  if (!token.ok()) return Fail(ctx, token.status());
+  std::string target = "/api/login-link";
+  if (!session.empty()) {
+    target += "?next=%2F%23%2Fs%2F";
+    for (unsigned char c : session) {
+      if (std::isalnum(c) || c == '-' || c == '_' || c == '.') {
+        target += static_cast<char>(c);
+      } else {
+        char esc[4];
+        std::snprintf(esc, sizeof esc, "%%%02X", c);
+        target += esc;
+      }
+    }
+  }
+  const http::Reply r = http::Request(addr, "POST", target, "Authorization: Bearer " + *token + "\r\n");
+  if (r.status == 0)
+    return Fail(ctx, Unavailable("cannot reach the controller's HTTP side at " + addr +
+                                 " (is the controller running? `firedrill up`)"));
+  const auto body = nlohmann::json::parse(r.body, nullptr, false);
+  if (r.status != 200 || !body.is_object() || !body.contains("path")) {
+    const std::string why =
+        body.is_object() && body.contains("error") ? body["error"].value("message", r.body) : r.body;
+    return Fail(ctx, Status(StatusCode::kUnavailable,
+                            "the HTTP side refused a login link (" + std::to_string(r.status) + "): " + why));
+  }
+  if (ctx.json) {
+    *ctx.out << nlohmann::json{{"url", "http://" + addr + body["path"].get<std::string>()},
+                               {"expires_in_s", body.value("expires_in_s", 0)}}
+                    .dump()
+             << "\n";
+    return 0;
+  }
+  *ctx.out << "open http://" << addr << body["path"].get<std::string>() << "\n"
+           << "  a one-time link for " << body.value("name", std::string("you")) << ", valid "
+           << body.value("expires_in_s", 0) << " s; it logs this browser in (then http://" << addr << "/)\n";
   return 0;
 }
 
@@ -287,7 +351,15 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   std::string up_tls;
   up->add_option("--tls", up_tls,
                  "serve TLS with DIR/server.pem and DIR/server.key (from `firedrill certs --out DIR`)");
+  std::string up_http = kDefaultHttpListen;
+  up->add_option("--http-listen", up_http,
+                 "the controller's HTTP side (/metrics, the dashboard's API): host:port, or off")
+      ->capture_default_str();
   auto* down = app.add_subcommand("down", "stop the background controller and its agents");
+  auto* dashboard =
+      app.add_subcommand("dashboard", "a one-time link that logs a browser in to the dashboard");
+  std::string dashboard_session;
+  dashboard->add_option("session", dashboard_session, "open this session's view (default: the session list)");
   std::string certs_dir = "firedrill-tls";
   std::vector<std::string> certs_hosts = {"localhost", "127.0.0.1"};
   int certs_days = 365;
@@ -483,9 +555,11 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   }
   ResolveContext(&ctx, controller_opt->count() > 0, state_opt->count() > 0, tls_ca_opt->count() > 0);
 
-  if (up->parsed()) return CmdUp(ctx, listen.empty() ? ctx.controller : listen, add_scenarios, up_tls);
+  if (up->parsed())
+    return CmdUp(ctx, listen.empty() ? ctx.controller : listen, add_scenarios, up_tls, up_http);
   if (certs->parsed()) return CmdCerts(ctx, certs_dir, certs_hosts, certs_days);
   if (down->parsed()) return CmdDown(ctx);
+  if (dashboard->parsed()) return CmdDashboard(ctx, dashboard_session);
   if (scen_validate->parsed()) return RunScenarioValidate(ctx, scen_files, skills_file);
   if (scen_coverage->parsed()) return RunScenarioCoverage(ctx, scen_dir, skills_file);
   if (auto code = RunExamCommand(*exam_cmds, ctx)) return *code;

@@ -23,13 +23,17 @@ int RunDemo(CliContext& ctx, const std::string& scenario, int64_t seed) {
   DrillClient client(ctx.controller, std::chrono::seconds(10), ctx.tls_ca);
   bool started = false;
   if (!client.Reachable(std::chrono::milliseconds(500))) {
-    auto p = StartController(ctx.controller, ctx.state_dir);
+    // The HTTP side on a free port: a demo must not fail for a port in use.
+    auto p = StartController(ctx.controller, ctx.state_dir, {}, "", "127.0.0.1:0");
     if (!p.ok()) {
       *ctx.err << "error: " << p.status().message() << "\n";
       return 1;
     }
     started = true;
     out << "started a controller at " << p->address << " (pid " << p->pid << ", log " << p->log_path << ")\n";
+    if (!p->http_address.empty())
+      out << "watch it in a browser: `firedrill --state-dir " << p->state_dir
+          << " dashboard` prints a login link to http://" << p->http_address << "/\n";
   }
   if (Status st = UseToken(ctx, &client); !st.ok()) {
     *ctx.err << "error: " << st.message() << "\n";

@@ -68,7 +68,7 @@ std::optional<int> RunningControllerPid(const std::string& state_dir) {
 
 StatusOr<ControllerProcess> StartController(const std::string& listen, const std::string& state_dir,
                                             const std::vector<std::string>& scenario_dirs,
-                                            const std::string& tls_dir) {
+                                            const std::string& tls_dir, const std::string& http_listen) {
   std::string err;
   if (!MakePrivateDir(state_dir, &err)) return Internal(err);
   ControllerProcess p;
@@ -78,6 +78,7 @@ StatusOr<ControllerProcess> StartController(const std::string& listen, const std
   const std::string bin = ExecutableDir() + "/firedrill-controller";
   if (access(bin.c_str(), X_OK) != 0) return NotFound("cannot find " + bin + "; build it first (make)");
   std::vector<std::string> args = {bin, "--listen", listen, "--state-dir", state_dir};
+  if (!http_listen.empty()) args.insert(args.end(), {"--http-listen", http_listen});
   for (const auto& d : scenario_dirs) {
     std::error_code ec;
     const std::string abs = std::filesystem::absolute(d, ec).string();
@@ -130,6 +131,7 @@ StatusOr<ControllerProcess> StartController(const std::string& listen, const std
       p.pid = *running;
       // The address it actually serves (127.0.0.1 for a 0.0.0.0 listen).
       if (const std::string bound = ReadFileTrimmed(state_dir + "/controller.addr"); !bound.empty()) p.address = bound;
+      if (!http_listen.empty()) p.http_address = ReadFileTrimmed(state_dir + "/http.addr");
       return p;
     }
     // A controller that refused to start (its state dir is locked by

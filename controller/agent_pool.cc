@@ -37,6 +37,7 @@ grpc::Status AgentPool::Connect(grpc::ServerContext* ctx,
     const bool launched = want != expected_.end() && SameSecret(msg.hello().join_token(), want->second);
     const bool pooled = want == expected_.end() && SameSecret(msg.hello().join_token(), pool_token_);
     if (!launched && !pooled) {
+      refused_.fetch_add(1);
       spdlog::warn("agent {} (host {}, pid {}) refused: no valid join token", id, msg.hello().host(),
                    msg.hello().pid());
       return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
@@ -45,10 +46,12 @@ grpc::Status AgentPool::Connect(grpc::ServerContext* ctx,
                           "file the controller's --pool-token-file names)");
     }
     if (conns_.count(id)) {
+      refused_.fetch_add(1);
       return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
                           "agent id '" + id + "' is already connected; give each agent a unique --agent-id");
     }
     conns_[id] = conn;
+    accepted_.fetch_add(1);
   }
   cv_.notify_all();
   spdlog::info("agent {} registered (host {}, pid {})", id, conn->info.host, conn->info.pid);

@@ -67,6 +67,9 @@ class AgentPool final : public v1::AgentLink::Service {
   std::vector<AgentInfo> Connected();
   // Ends every stream (controller shutdown).
   void CloseAll();
+  // Agents that presented themselves since the controller started, by
+  // whether they were let in (/metrics).
+  uint64_t registrations(bool accepted) const { return accepted ? accepted_.load() : refused_.load(); }
 
  private:
   struct Conn {
@@ -82,6 +85,7 @@ class AgentPool final : public v1::AgentLink::Service {
   std::map<std::string, std::string> expected_;  // agent id -> join token
   std::string pool_token_;
   std::atomic<AgentListener*> listener_{nullptr};
+  std::atomic<uint64_t> accepted_{0}, refused_{0};
 };
 
 }  // namespace firedrill::controller

@@ -153,27 +153,57 @@ StatusOr<Grant> DrillService::Admit(grpc::ServerContext* ctx, Access what, const
                                     const google::protobuf::Message& req) const {
   auto who = Authenticate(ctx);
   if (!who.ok()) return who.status();
-  return Recorded(*who, method, req, CheckAccess(*who, what));
+  return AdmitGrant(*who, what, method, req);
+}
+
+StatusOr<Grant> DrillService::AdmitGrant(const Grant& who, Access what, const char* method,
+                                         const google::protobuf::Message& req) const {
+  return Recorded(who, method, req, CheckAccess(who, what));
 }
 
 StatusOr<Grant> DrillService::AdmitToSession(grpc::ServerContext* ctx, const std::string& id, SessionUse use,
                                              const char* method, const google::protobuf::Message& req) const {
   auto who = Authenticate(ctx);
   if (!who.ok()) return who.status();
+  return AdmitGrantToSession(*who, id, use, method, req);
+}
+
+StatusOr<Grant> DrillService::AdmitGrantToSession(const Grant& who, const std::string& id, SessionUse use,
+                                                  const char* method,
+                                                  const google::protobuf::Message& req) const {
   auto owner = sessions_->OwnerOf(id);
   Status admitted = owner.status();
-  if (owner.ok() && (!MaySeeSession(*who, id, *owner) || ScopedOut(*who, id, *owner))) {
+  if (owner.ok() && (!MaySeeSession(who, id, *owner) || ScopedOut(who, id, *owner))) {
     admitted = NotFound(NoSessionMessage(id));
-  } else if (owner.ok() && !MayUseSession(*who, id, *owner, use)) {
+  } else if (owner.ok() && !MayUseSession(who, id, *owner, use)) {
     admitted =
-        PermissionDenied(ARoles(who->roles) + " token " +
+        PermissionDenied(ARoles(who.roles) + " token " +
                          (use == SessionUse::kCommand ? "cannot fix or end this session"
                                                       : "cannot run tools or diagnose in this session") +
-                         (who->roles & kRoleProctor ? " (a proctor watches)" : ""));
+                         (who.roles & kRoleProctor ? " (a proctor watches)" : ""));
   } else if (owner.ok() && use != SessionUse::kWatch && exams_) {
-    admitted = exams_->MayAct(*who, id);  // a candidate acts within their open sitting only
+    admitted = exams_->MayAct(who, id);  // a candidate acts within their open sitting only
   }
-  return Recorded(*who, method, req, admitted);
+  return Recorded(who, method, req, admitted);
+}
+
+std::vector<v1::SessionInfo> DrillService::SessionsFor(const Grant& who) {
+  std::vector<v1::SessionInfo> out;
+  for (auto& s : sessions_->List()) {
+    if (!MaySeeSession(who, s.session_id(), s.owner()) || ScopedOut(who, s.session_id(), s.owner())) continue;
+    if (IsCandidate(who)) SealForCandidate(&s);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+StatusOr<v1::SessionStatus> DrillService::StatusFor(const Grant& who, const std::string& id,
+                                                    std::chrono::milliseconds fresh) {
+  auto st = SharedStatus(id, fresh);
+  if (!st.ok()) return st.status();
+  v1::SessionStatus copy = *st;
+  if (IsCandidate(who)) SealForCandidate(&copy);
+  return copy;
 }
 
 void DrillService::OnTimeline(const Grant& who, const std::string& id, const std::string& kind,
@@ -234,12 +264,7 @@ grpc::Status DrillService::ListSessions(grpc::ServerContext* ctx, const v1::List
                                         v1::ListSessionsResponse* out) {
   auto who = Admit(ctx, Access::kListSessions, __func__, *req);
   if (!who.ok()) return ToGrpc(who.status());
-  for (auto& s : sessions_->List()) {
-    if (!MaySeeSession(*who, s.session_id(), s.owner()) || ScopedOut(*who, s.session_id(), s.owner()))
-      continue;
-    if (IsCandidate(*who)) SealForCandidate(&s);
-    *out->add_sessions() = std::move(s);
-  }
+  for (auto& s : SessionsFor(*who)) *out->add_sessions() = std::move(s);
   return grpc::Status::OK;
 }
 

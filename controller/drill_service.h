@@ -7,6 +7,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string_view>
+#include <vector>
 
 #include "controller/authz.h"
 #include "controller/exam_manager.h"
@@ -86,6 +88,25 @@ class DrillService final : public v1::Drill::Service {
                            grpc::ServerWriter<v1::SessionStatus>*) override;
   grpc::Status GetPostmortem(grpc::ServerContext*, const v1::GetPostmortemRequest*,
                              v1::PostmortemResponse*) override;
+
+  // The same admission for a caller that is not a gRPC call (the HTTP side,
+  // controller/web_service.h): the grant of an "authorization" value, then
+  // the checks Admit and AdmitToSession make after theirs (a candidate's
+  // request is recorded in the audit trail as `method`).
+  StatusOr<Grant> AuthenticateHeader(std::string_view authorization) const {
+    return gate_->Authenticate(authorization);
+  }
+  StatusOr<Grant> AdmitGrant(const Grant& who, Access what, const char* method,
+                             const google::protobuf::Message& req) const;
+  StatusOr<Grant> AdmitGrantToSession(const Grant& who, const std::string& id, SessionUse use,
+                                      const char* method, const google::protobuf::Message& req) const;
+  // What ListSessions answers `who` (admitted to list): the sessions it may
+  // see, sealed for a candidate.
+  std::vector<v1::SessionInfo> SessionsFor(const Grant& who);
+  // What GetStatus answers `who` (admitted to the session): a snapshot at
+  // most `fresh` old, shared by every viewer, sealed for a candidate.
+  StatusOr<v1::SessionStatus> StatusFor(const Grant& who, const std::string& id,
+                                        std::chrono::milliseconds fresh);
 
  private:
   // The grant of the token the call presents (Unauthenticated if none).

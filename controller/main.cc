@@ -39,6 +39,9 @@ int main(int argc, char** argv) {
                  "TLS on the public listener: the server certificate chain (PEM)");
   app.add_option("--tls-key", opts.tls_key,
                  "TLS on the public listener: the certificate's private key (PEM)");
+  app.add_option("--http-listen", opts.http_listen,
+                 "host:port for the HTTP side: /metrics (Prometheus) and the dashboard's API (port 0: a free "
+                 "one, written to <state-dir>/http.addr); off when not given");
   app.add_option(
          "--exam-minute-ms", opts.exam_minute_ms,
          "how long an exam minute lasts (tests of the exam clock shorten it; the default is real time)")

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/paths.h"
 #include "controller/draws.h"
+#include "controller/rpc_counting.h"
 #include "faults/cpu_quota.h"
 #include "scenario/loader.h"
 
@@ -220,7 +221,11 @@ Status Server::Start() {
   // Every session event goes on its shared timeline too, as the
   // controller's entry beside the participants' own.
   timeline_ = std::make_unique<Timeline>(store_.get());
-  sessions_->SetEventSink([t = timeline_.get()](const std::string& id, const v1::SessionEvent& e) {
+  counters_ = std::make_unique<ControllerCounters>();
+  sessions_->SetEventSink([t = timeline_.get(), c = counters_.get()](const std::string& id,
+                                                                     const v1::SessionEvent& e) {
+    if (e.kind() == "verification_passed" || e.kind() == "verification_failed")
+      c->CountVerification(e.kind().substr(std::string("verification_").size()));
     if (auto item = t->Append(id, e.unix_ms(), "controller", "", "event", e.kind() + ": " + e.message());
         !item.ok())
       spdlog::error("session {}: the timeline did not take an event: {}", id, item.status().message());
@@ -247,6 +252,11 @@ Status Server::Start() {
   int port = 0;
   builder.AddListeningPort(opts_.listen, *creds, &port);
   KeepAlive(builder);
+  {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counting;
+    counting.push_back(RpcCountingInterceptors(counters_.get()));
+    builder.experimental().SetInterceptorCreators(std::move(counting));
+  }
   drill_ = std::make_unique<DrillService>(sessions_.get(), gate_.get(), exams_.get(), timeline_.get());
   builder.RegisterService(drill_.get());
   server_ = builder.BuildAndStart();
@@ -257,15 +267,38 @@ Status Server::Start() {
   const std::string dial_host = (host == "0.0.0.0" || host == "[::]" || host.empty()) ? "127.0.0.1" : host;
   bound_ = dial_host + ":" + std::to_string(port);
 
+  if (!opts_.http_listen.empty()) FD_RETURN_IF_ERROR(StartHttp());
   std::ofstream(opts_.state_dir + "/controller.addr") << bound_ << "\n";
   spdlog::info("firedrill-controller listening on {} (agents on {}, state {})", bound_, agent_bound_,
                opts_.state_dir);
   return Status::Ok();
 }
 
+Status Server::StartHttp() {
+  web_ = std::make_unique<WebService>(drill_.get(), sessions_.get(), pool_.get(), counters_.get());
+  web::HttpServerOptions ho;
+  ho.listen = opts_.http_listen;
+  http_ = std::make_unique<web::HttpServer>(
+      ho, [w = web_.get()](const web::HttpRequest& req) { return w->Handle(req); });
+  FD_RETURN_IF_ERROR(http_->Start());
+  web_->SetServer(http_.get());
+  http_bound_ = http_->address();
+  const std::string host = http_bound_.substr(0, http_bound_.rfind(':'));
+  if (host != "127.0.0.1" && host != "[::1]")
+    spdlog::warn(
+        "the HTTP side {} is plaintext: tokens and the login cookie cross the network readable; keep it "
+        "on 127.0.0.1 or put a TLS proxy in front of it",
+        http_bound_);
+  std::ofstream(opts_.state_dir + "/http.addr") << http_bound_ << "\n";
+  spdlog::info("http on {} (/metrics, /api/sessions)", http_bound_);
+  return Status::Ok();
+}
+
 void Server::Shutdown() {
   if (stopped_) return;
   stopped_ = true;
+  if (http_) http_->Stop();  // no request reaches a service being torn down
+  if (!http_bound_.empty()) std::remove((opts_.state_dir + "/http.addr").c_str());
   if (exams_) exams_->Shutdown();        // no clock ends items while sessions stop
   if (sessions_) sessions_->Shutdown();  // every agent is gone after this
   fabric_.reset();                        // and so are their hosts

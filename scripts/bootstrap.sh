@@ -26,6 +26,11 @@ PACKAGES=(
   # reference DDP run for the benchmarks; pgrep/ps for orphan checks;
   # ip and tc for hosts as network namespaces and shaped links
   python3-torch procps iproute2
+  # promtool, which checks a scrape of the controller's /metrics (the
+  # package's server is not started by the tests)
+  prometheus
+  # the dashboard's browser tests (tests/e2e/web_test.cc), headless
+  chromium
 )
 
 usage() {

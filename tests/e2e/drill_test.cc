@@ -215,7 +215,9 @@ TEST(CliLifecycle, UpStartEndDownLeavesNoFiredrillProcess) {
     EXPECT_EQ(rc, 0) << "firedrill " << args[0] << ": " << err.str();
     return out.str();
   };
-  run({"up"});
+  // The HTTP side on a free port: the default one may be taken on a shared machine.
+  EXPECT_NE(run({"up", "--http-listen", "127.0.0.1:0"}).find("  http:  http://127.0.0.1:"),
+            std::string::npos);
   run({"start", kScenario, "--seed", "7"});
   cli::DrillClient client(addr);
   client.SetToken(cli::ReadOwnerToken(dir));
