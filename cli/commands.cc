@@ -4,9 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cctype>
 #include <condition_variable>
-#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -32,7 +30,6 @@
 #include "cli/team_commands.h"
 #include "cli/token_commands.h"
 #include "cli/trace.h"
-#include "common/http_client.h"
 #include "common/paths.h"
 #include "common/suggest.h"
 
@@ -102,55 +99,17 @@ int CmdDown(CliContext& ctx) {
 // HTTP side (its address is in the state dir) for one with its token, on
 // loopback only.
 int CmdDashboard(CliContext& ctx, const std::string& session) {
-  std::string addr;
-  std::getline(std::ifstream(ctx.state_dir + "/http.addr"), addr);
-  if (addr.empty())
-    return Fail(ctx,
-                FailedPrecondition("the controller of state dir " + ctx.state_dir +
-                                   " serves no HTTP side (no http.addr there): `firedrill up` starts one "
-                                   "with it (--http-listen)"));
-  if (addr.rfind("127.0.0.1:", 0) != 0)
-    return Fail(ctx,
-                FailedPrecondition("the HTTP side " + addr +
-                                   " is not on loopback, and the CLI sends no token in plaintext off this "
-                                   "machine: open http://" +
-                                   addr + "/ and log in with your token"));
   auto token = ResolveToken(ctx.token_file, ctx.state_dir, ctx.controller);
   if (!token.ok()) return Fail(ctx, token.status());
-  std::string target = "/api/login-link";
-  if (!session.empty()) {
-    target += "?next=%2F%23%2Fs%2F";
-    for (unsigned char c : session) {
-      if (std::isalnum(c) || c == '-' || c == '_' || c == '.') {
-        target += static_cast<char>(c);
-      } else {
-        char esc[4];
-        std::snprintf(esc, sizeof esc, "%%%02X", c);
-        target += esc;
-      }
-    }
-  }
-  const http::Reply r = http::Request(addr, "POST", target, "Authorization: Bearer " + *token + "\r\n");
-  if (r.status == 0)
-    return Fail(ctx, Unavailable("cannot reach the controller's HTTP side at " + addr +
-                                 " (is the controller running? `firedrill up`)"));
-  const auto body = nlohmann::json::parse(r.body, nullptr, false);
-  if (r.status != 200 || !body.is_object() || !body.contains("path")) {
-    const std::string why =
-        body.is_object() && body.contains("error") ? body["error"].value("message", r.body) : r.body;
-    return Fail(ctx, Status(StatusCode::kUnavailable,
-                            "the HTTP side refused a login link (" + std::to_string(r.status) + "): " + why));
-  }
+  auto link = NewLoginLink(ctx.state_dir, *token, session.empty() ? "/" : "/#/s/" + session, 60);
+  if (!link.ok()) return Fail(ctx, link.status());
   if (ctx.json) {
-    *ctx.out << nlohmann::json{{"url", "http://" + addr + body["path"].get<std::string>()},
-                               {"expires_in_s", body.value("expires_in_s", 0)}}
-                    .dump()
-             << "\n";
+    *ctx.out << nlohmann::json{{"url", link->url}, {"expires_in_s", link->expires_in_s}}.dump() << "\n";
     return 0;
   }
-  *ctx.out << "open http://" << addr << body["path"].get<std::string>() << "\n"
-           << "  a one-time link for " << body.value("name", std::string("you")) << ", valid "
-           << body.value("expires_in_s", 0) << " s; it logs this browser in (then http://" << addr << "/)\n";
+  *ctx.out << "open " << link->url << "\n"
+           << "  a one-time link for " << link->name << ", valid " << link->expires_in_s
+           << " s; it logs this browser in (then " << link->home << ")\n";
   return 0;
 }
 
@@ -512,6 +471,12 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
 
   auto* hint = app.add_subcommand("hint", "take a hint (costs points)");
   auto* score = app.add_subcommand("score", "the session's score, item by item (until scored: only what you submitted)");
+  auto* report = app.add_subcommand(
+      "report",
+      "the session's attempt as a document: Markdown, or with -o FILE.html a page with its charts inline");
+  std::string report_out;
+  report->add_option("-o,--out", report_out,
+                     "write it to this new file (.html: the HTML page; else Markdown)");
   auto* end = app.add_subcommand("end", "end the session (scored as it stands) and stop its agents");
 
   std::string pilot_scenario;
@@ -646,6 +611,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     return 0;
   }
   if (score->parsed()) return CmdScore(ctx, client, *id);
+  if (report->parsed()) return CmdReport(ctx, client, *id, report_out);
   return Fail(ctx, InvalidArgument("unknown command; see `firedrill --help`"));
 }
 

@@ -80,6 +80,8 @@ int CmdFix(CliContext& ctx, DrillClient& client, const std::vector<int>& replace
            bool no_change, bool wait, int64_t resume_from = -1);
 int CmdHint(CliContext& ctx, DrillClient& client);
 int CmdScore(CliContext& ctx, DrillClient& client, const std::string& id);
+// `report`: the session's attempt as Markdown, or HTML with `out` FILE.html.
+int CmdReport(CliContext& ctx, DrillClient& client, const std::string& id, const std::string& out);
 int CmdEnd(CliContext& ctx, DrillClient& client);
 int CmdScenarioShow(CliContext& ctx, DrillClient& client, const std::string& id);
 int CmdCauses(CliContext& ctx, DrillClient& client);

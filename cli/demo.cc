@@ -31,9 +31,18 @@ int RunDemo(CliContext& ctx, const std::string& scenario, int64_t seed) {
     }
     started = true;
     out << "started a controller at " << p->address << " (pid " << p->pid << ", log " << p->log_path << ")\n";
-    if (!p->http_address.empty())
-      out << "watch it in a browser: `firedrill --state-dir " << p->state_dir
-          << " dashboard` prints a login link to http://" << p->http_address << "/\n";
+    // The drill live in a browser: a one-time link, good for the demo's length.
+    if (!p->http_address.empty()) {
+      auto token = ResolveToken(ctx.token_file, ctx.state_dir, p->address);
+      auto link =
+          token.ok() ? NewLoginLink(ctx.state_dir, *token, "/", 900) : StatusOr<LoginLink>(token.status());
+      if (link.ok()) {
+        out << "watch it live: " << link->url
+            << "\n  (a one-time login link, good for 15 min; the dashboard is " << link->home << ")\n";
+      } else {
+        out << "(no dashboard link: " << link.status().message() << ")\n";
+      }
+    }
   }
   if (Status st = UseToken(ctx, &client); !st.ok()) {
     *ctx.err << "error: " << st.message() << "\n";

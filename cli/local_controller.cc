@@ -5,14 +5,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "cli/client.h"
+#include "common/http_client.h"
 #include "common/paths.h"
 #include "controller/netns_fabric.h"
 
@@ -141,6 +145,47 @@ StatusOr<ControllerProcess> StartController(const std::string& listen, const std
   }
   return Unavailable("the controller did not come up within 20 s; its log " + p.log_path +
                      " ends with: " + LogTail(p.log_path, 3));
+}
+
+StatusOr<LoginLink> NewLoginLink(const std::string& state_dir, const std::string& token,
+                                 const std::string& next, int ttl_s) {
+  const std::string addr = ReadFileTrimmed(state_dir + "/http.addr");
+  if (addr.empty())
+    return FailedPrecondition("the controller of state dir " + state_dir +
+                              " serves no HTTP side (no http.addr there): `firedrill up` starts one with it "
+                              "(--http-listen)");
+  if (addr.rfind("127.0.0.1:", 0) != 0)
+    return FailedPrecondition(
+        "the HTTP side " + addr +
+        " is not on loopback, and the CLI sends no token in plaintext off this machine: "
+        "open http://" +
+        addr + "/ and log in with your token");
+  std::string target = "/api/login-link?ttl_s=" + std::to_string(ttl_s) + "&next=";
+  for (unsigned char c : next) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.') {
+      target += static_cast<char>(c);
+    } else {
+      char esc[4];
+      std::snprintf(esc, sizeof esc, "%%%02X", c);
+      target += esc;
+    }
+  }
+  const http::Reply r = http::Request(addr, "POST", target, "Authorization: Bearer " + token + "\r\n");
+  if (r.status == 0)
+    return Unavailable("cannot reach the controller's HTTP side at " + addr +
+                       " (is the controller running? `firedrill up`)");
+  const auto body = nlohmann::json::parse(r.body, nullptr, false);
+  if (r.status != 200 || !body.is_object() || !body.contains("path")) {
+    const std::string why =
+        body.is_object() && body.contains("error") ? body["error"].value("message", r.body) : r.body;
+    return Unavailable("the HTTP side refused a login link (" + std::to_string(r.status) + "): " + why);
+  }
+  LoginLink link;
+  link.url = "http://" + addr + body["path"].get<std::string>();
+  link.home = "http://" + addr + "/";
+  link.name = body.value("name", std::string("you"));
+  link.expires_in_s = body.value("expires_in_s", 0);
+  return link;
 }
 
 StatusOr<int> StopController(const std::string& state_dir) {

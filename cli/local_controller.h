@@ -30,6 +30,17 @@ StatusOr<ControllerProcess> StartController(const std::string& listen, const std
                                             const std::vector<std::string>& scenario_dirs = {},
                                             const std::string& tls_dir = "",
                                             const std::string& http_listen = kDefaultHttpListen);
+// A one-time link that logs a browser in to the dashboard of the controller
+// of `state_dir` (its HTTP address is in <state_dir>/http.addr) as `token`,
+// opening `next` ("/", "/#/s/ID"): asked for over loopback only.
+struct LoginLink {
+  std::string url;   // http://127.0.0.1:PORT/login?ticket=...
+  std::string home;  // http://127.0.0.1:PORT/
+  std::string name;  // whose token
+  int expires_in_s = 0;
+};
+StatusOr<LoginLink> NewLoginLink(const std::string& state_dir, const std::string& token,
+                                 const std::string& next, int ttl_s);
 // SIGTERM, wait (the controller stops its agents), SIGKILL if it lingers.
 StatusOr<int> StopController(const std::string& state_dir);
 // The pid in <state-dir>/controller.pid if that process is a live controller.

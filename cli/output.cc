@@ -299,6 +299,8 @@ std::string FindingText(const v1::Finding& f) {
   for (int c : f.culprit_ranks()) rs += (rs.empty() ? "" : ",") + std::to_string(c);
   return f.cause() + (rs.empty() ? "" : " on rank " + rs);
 }
+}  // namespace
+
 std::string FindingsText(const google::protobuf::RepeatedPtrField<v1::Finding>& fs) {
   std::string out;
   for (const auto& f : fs) out += (out.empty() ? "" : " + ") + FindingText(f);
@@ -311,7 +313,6 @@ std::string FixText(const v1::ApplyFixRequest& f) {
   if (f.no_change()) out = "--no-change";
   return out;
 }
-}  // namespace
 
 void PrintScore(const v1::ScoreReport& r, std::ostream& out) {
   out << "score for session " << r.session_id()
@@ -353,17 +354,38 @@ void PrintScore(const v1::ScoreReport& r, std::ostream& out) {
       << (r.runbook().empty() ? "" : "; runbook: " + r.runbook()) << "\n";
 }
 
+std::string Progress::Estimate(int64_t done_then, int64_t done_now, int64_t total, double seconds_between) {
+  if (done_now <= done_then || seconds_between < 1 || total <= done_now) return "";
+  const double left = (total - done_now) * seconds_between / static_cast<double>(done_now - done_then);
+  char buf[48];
+  if (left < 90) {
+    std::snprintf(buf, sizeof buf, "about %.0f s left", std::max(1.0, left));
+  } else {
+    std::snprintf(buf, sizeof buf, "about %.0f min left", left / 60);
+  }
+  return buf;
+}
+
 void Progress::Update(const std::string& phase, int64_t done, int64_t total) {
   if (!isatty(2)) return;
   const std::string text = label_.empty() ? phase : label_ + " " + phase;
+  const auto now = std::chrono::steady_clock::now();
+  if (phase != phase_ || total != total_ || done < first_done_) {  // a new phase: measure it afresh
+    phase_ = phase;
+    total_ = total;
+    first_done_ = done;
+    first_at_ = now;
+  }
   if (total <= 0) {
     std::fprintf(stderr, "\r%-60s", text.c_str());
   } else {
     const int width = 30;
     const int filled = static_cast<int>(width * std::min<int64_t>(done, total) / total);
-    std::fprintf(stderr, "\r%-40s [%s%s] %lld/%lld steps  ", text.c_str(), std::string(filled, '#').c_str(),
-                 std::string(width - filled, '.').c_str(), static_cast<long long>(done),
-                 static_cast<long long>(total));
+    const std::string eta =
+        Estimate(first_done_, done, total, std::chrono::duration<double>(now - first_at_).count());
+    std::fprintf(stderr, "\r%-40s [%s%s] %lld/%lld steps %-20s", text.c_str(),
+                 std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+                 static_cast<long long>(done), static_cast<long long>(total), eta.c_str());
   }
   std::fflush(stderr);
   drawn_ = true;

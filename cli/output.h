@@ -4,6 +4,7 @@
 
 #include <google/protobuf/message.h>
 
+#include <chrono>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -46,6 +47,10 @@ void PrintVerification(const v1::Verification& v, std::ostream& out);
 // resume from it would redo; `ckpt verify`: one checkpoint.
 void PrintCheckpoints(const v1::ListCheckpointsResponse& r, std::ostream& out);
 void PrintCheckpointVerify(const v1::VerifyCheckpointResponse& r, std::ostream& out);
+// "throughput_drop on rank 3 + ...": a diagnosis's findings as the CLI writes them.
+std::string FindingsText(const google::protobuf::RepeatedPtrField<v1::Finding>& fs);
+// "--set k=v --replace-host 2": a fix as the command line that applies it.
+std::string FixText(const v1::ApplyFixRequest& f);
 void PrintScore(const v1::ScoreReport& r, std::ostream& out);
 
 // Redraws one line on stderr if it is a terminal; otherwise silent.
@@ -53,12 +58,21 @@ class Progress {
  public:
   explicit Progress(std::string label) : label_(std::move(label)) {}
   ~Progress() { Done(); }
+  // `done` of `total` steps of `phase` (total 0: no count, just the phase).
+  // With a count, the bar says how long the rest should take at the rate
+  // measured since this phase's first update.
   void Update(const std::string& phase, int64_t done, int64_t total);
   void Done();
+  // "about 12 s left" from a phase's progress so far; "" until it can say.
+  static std::string Estimate(int64_t done_then, int64_t done_now, int64_t total, double seconds_between);
 
  private:
   std::string label_;
   bool drawn_ = false;
+  std::string phase_;  // the phase the estimate is measured in
+  int64_t total_ = 0;
+  int64_t first_done_ = -1;
+  std::chrono::steady_clock::time_point first_at_;
 };
 
 }  // namespace firedrill::cli

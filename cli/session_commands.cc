@@ -1,13 +1,18 @@
-// The commands that act on a session: start, diagnose, fix, hint, score, end;
+// The commands that act on a session: start, diagnose, fix, hint, score, report, end;
 // and the catalogue's `scenarios show` and `causes`.
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <set>
 #include <thread>
 
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "cli/report.h"
+#include "common/paths.h"
 #include "faults/registry.h"
 
 namespace firedrill::cli {
@@ -270,6 +275,25 @@ int CmdScore(CliContext& ctx, DrillClient& client, const std::string& id) {
   if (!r.ok()) return Fail(ctx, r.status());
   if (ctx.json) *ctx.out << ToJson(*r) << "\n";
   else PrintScore(*r, *ctx.out);
+  return 0;
+}
+
+int CmdReport(CliContext& ctx, DrillClient& client, const std::string& id, const std::string& out) {
+  auto r = GatherReport(client, id);
+  if (!r.ok()) return Fail(ctx, r.status());
+  if (ctx.json) {
+    *ctx.out << ToJson(r->score) << "\n";  // the score's JSON form (`score --json`)
+    return 0;
+  }
+  if (out.empty()) {
+    *ctx.out << ReportMarkdown(*r);
+    return 0;
+  }
+  const bool html = std::filesystem::path(out).extension() == ".html";
+  if (const int err = WriteNewFile(out, html ? ReportHtml(*r) : ReportMarkdown(*r), 0644); err != 0)
+    return Fail(ctx, FailedPrecondition(out + ": " + std::strerror(err) +
+                                        (err == EEXIST ? " (it is not overwritten: pick a new name)" : "")));
+  *ctx.out << "wrote " << out << (html ? " (self-contained: its charts are inline SVG)" : "") << "\n";
   return 0;
 }
 

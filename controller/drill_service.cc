@@ -608,6 +608,16 @@ grpc::Status DrillService::WatchTimeline(grpc::ServerContext* ctx, const v1::Wat
   }
 }
 
+StatusOr<std::vector<v1::TimelineItem>> DrillService::TimelineFor(const Grant& who, const std::string& id,
+                                                                  int64_t after_seq) {
+  if (!timeline_) return Unavailable("this controller keeps no timeline");
+  auto items = timeline_->After(id, std::max<int64_t>(0, after_seq));
+  if (!items.ok()) return items.status();
+  if (IsCandidate(who))
+    for (auto& t : *items) SealForCandidate(&t);
+  return items;
+}
+
 StatusOr<v1::SessionStatus> DrillService::SharedStatus(const std::string& id,
                                                        std::chrono::milliseconds fresh) {
   std::shared_ptr<Snapshot> snap;

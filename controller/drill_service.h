@@ -107,6 +107,10 @@ class DrillService final : public v1::Drill::Service {
   // most `fresh` old, shared by every viewer, sealed for a candidate.
   StatusOr<v1::SessionStatus> StatusFor(const Grant& who, const std::string& id,
                                         std::chrono::milliseconds fresh);
+  // What WatchTimeline sends `who` (admitted to the session): the shared
+  // timeline's items after `after_seq`, sealed for a candidate.
+  StatusOr<std::vector<v1::TimelineItem>> TimelineFor(const Grant& who, const std::string& id,
+                                                      int64_t after_seq);
 
  private:
   // The grant of the token the call presents (Unauthenticated if none).

@@ -275,7 +275,8 @@ Status Server::Start() {
 }
 
 Status Server::StartHttp() {
-  web_ = std::make_unique<WebService>(drill_.get(), sessions_.get(), pool_.get(), counters_.get());
+  web_ =
+      std::make_unique<WebService>(drill_.get(), sessions_.get(), pool_.get(), counters_.get(), exams_.get());
   web::HttpServerOptions ho;
   ho.listen = opts_.http_listen;
   http_ = std::make_unique<web::HttpServer>(

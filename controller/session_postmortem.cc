@@ -173,6 +173,7 @@ StatusOr<v1::PostmortemResponse> SessionManager::Postmortem(const std::string& i
   const int64_t mitigated = in.milestones.size() > 3 ? in.milestones[3].unix_ms : 0;
   const int64_t to = mitigated > 0 ? mitigated : scored_ms > 0 ? scored_ms : in.session_end_ms;
   in.impact = MeasureImpact(in.baseline_rate, points, from, to, in.session_start_ms, in.session_end_ms);
+  in.rate_points = points;
 
   v1::PostmortemResponse out;
   out.set_markdown(PostmortemMarkdown(in));

@@ -2,6 +2,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -49,54 +50,37 @@ HttpResponse Text(std::string body, int status = 200) {
   return r;
 }
 
-// A session's status as events: one when it changes, the last when the
-// session ends (or can no longer be read), then the stream closes.
-class StatusEvents final : public web::EventSource {
+// A look at something (a session's status, a list) as events: one named
+// `event` each time the look's JSON changes; a look that fails ends the
+// stream with a `refused` event, and so does one `last` calls the last.
+class LookEvents final : public web::EventSource {
  public:
-  StatusEvents(DrillService* drill, Grant who, std::string id)
-      : drill_(drill), who_(std::move(who)), id_(std::move(id)) {}
+  struct Look {
+    std::string json;
+    bool last = false;  // the thing is over: this look is the final one
+  };
+  LookEvents(std::string event, std::function<StatusOr<Look>()> look)
+      : event_(std::move(event)), look_(std::move(look)) {}
   bool Poll(std::string* out) override {
-    auto st = drill_->StatusFor(who_, id_, std::chrono::milliseconds(500));
-    if (!st.ok()) {
-      *out = "event: refused\ndata: " +
-             nlohmann::json{{"code", StatusCodeName(st.status().code())}, {"message", st.status().message()}}
-                 .dump() +
-             "\n\n";
+    auto look = look_();
+    if (!look.ok()) {
+      *out =
+          "event: refused\ndata: " +
+          nlohmann::json{{"code", StatusCodeName(look.status().code())}, {"message", look.status().message()}}
+              .dump() +
+          "\n\n";
       return false;
     }
-    std::string json = ProtoJson(*st);
-    if (json != last_) {
-      *out = "event: status\ndata: " + json + "\n\n";
-      last_ = std::move(json);
+    if (look->json != last_) {
+      *out = "event: " + event_ + "\ndata: " + look->json + "\n\n";
+      last_ = std::move(look->json);
     }
-    return !TerminalState(st->session().state());
+    return !look->last;
   }
 
  private:
-  DrillService* drill_;
-  Grant who_;
-  std::string id_;
-  std::string last_;
-};
-
-// The sessions a token may see, as events: one each time the list changes.
-class SessionListEvents final : public web::EventSource {
- public:
-  SessionListEvents(DrillService* drill, Grant who) : drill_(drill), who_(std::move(who)) {}
-  bool Poll(std::string* out) override {
-    v1::ListSessionsResponse list;
-    for (auto& s : drill_->SessionsFor(who_)) *list.add_sessions() = std::move(s);
-    std::string json = ProtoJson(list);
-    if (json != last_) {
-      *out = "event: sessions\ndata: " + json + "\n\n";
-      last_ = std::move(json);
-    }
-    return true;
-  }
-
- private:
-  DrillService* drill_;
-  Grant who_;
+  std::string event_;
+  std::function<StatusOr<Look>()> look_;
   std::string last_;
 };
 
@@ -237,6 +221,9 @@ HttpResponse WebService::Handle(const HttpRequest& req) {
                 "\n");
   }
   if (req.path == "/api/sessions" || req.path.rfind("/api/sessions/", 0) == 0) return SessionRoute(*who, req);
+  if (req.path == "/api/exams" || req.path == "/api/exams/events" || req.path == "/api/sitting" ||
+      req.path == "/api/sitting/events")
+    return ExamRoute(*who, req);
   return ErrorResponse(NotFound("no route " + req.path + " (see /api/sessions, /metrics)"), api);
 }
 
@@ -245,7 +232,14 @@ HttpResponse WebService::SessionRoute(const Grant& who, const HttpRequest& req) 
     auto admitted = drill_->AdmitGrant(who, Access::kListSessions, "http GET /api/sessions/events",
                                        v1::ListSessionsRequest());
     if (!admitted.ok()) return ErrorResponse(admitted.status(), true);
-    return EventStream(std::make_shared<SessionListEvents>(drill_, who), std::chrono::milliseconds(2000));
+    return EventStream(std::make_shared<LookEvents>("sessions",
+                                                    [d = drill_, who]() -> StatusOr<LookEvents::Look> {
+                                                      v1::ListSessionsResponse list;
+                                                      for (auto& s : d->SessionsFor(who))
+                                                        *list.add_sessions() = std::move(s);
+                                                      return LookEvents::Look{ProtoJson(list), false};
+                                                    }),
+                       std::chrono::milliseconds(2000));
   }
   if (req.path == "/api/sessions") {
     auto admitted =
@@ -260,9 +254,9 @@ HttpResponse WebService::SessionRoute(const Grant& who, const HttpRequest& req) 
   const size_t slash = rest.find('/');
   const std::string id = rest.substr(0, slash);
   const std::string what = slash == std::string::npos ? "" : rest.substr(slash + 1);
-  if (id.empty() || (what != "status" && what != "events" && what != "metrics"))
-    return ErrorResponse(NotFound("no route " + req.path + " (a session has /status, /events and /metrics)"),
-                         true);
+  if (id.empty() || (what != "status" && what != "events" && what != "metrics" && what != "timeline"))
+    return ErrorResponse(
+        NotFound("no route " + req.path + " (a session has /status, /events, /metrics and /timeline)"), true);
   v1::GetStatusRequest asked;  // what a candidate's audit trail records
   asked.set_session_id(id);
   auto admitted = drill_->AdmitGrantToSession(who, id, SessionUse::kWatch,
@@ -273,6 +267,20 @@ HttpResponse WebService::SessionRoute(const Grant& who, const HttpRequest& req) 
     if (!st.ok()) return ErrorResponse(st.status(), true);
     return Json(ProtoJson(*st) + "\n");
   }
+  if (what == "timeline") {
+    int64_t after = 0;
+    try {
+      after = req.Query("after").empty() ? 0 : std::stoll(req.Query("after"));
+    } catch (const std::exception&) {
+      return ErrorResponse(
+          InvalidArgument("?after= wants a sequence number, got '" + req.Query("after") + "'"), true);
+    }
+    auto items = drill_->TimelineFor(who, id, after);
+    if (!items.ok()) return ErrorResponse(items.status(), true);
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& t : *items) list.push_back(nlohmann::json::parse(ProtoJson(t)));
+    return Json(nlohmann::json{{"items", list}}.dump() + "\n");
+  }
   if (what == "metrics") {
     v1::GetMetricsRequest mr;
     mr.set_session_id(id);
@@ -281,7 +289,50 @@ HttpResponse WebService::SessionRoute(const Grant& who, const HttpRequest& req) 
     if (!m.ok()) return ErrorResponse(m.status(), true);
     return Json(ProtoJson(*m) + "\n");
   }
-  return EventStream(std::make_shared<StatusEvents>(drill_, who, id), std::chrono::milliseconds(1000));
+  return EventStream(std::make_shared<LookEvents>(
+                         "status",
+                         [d = drill_, who, id]() -> StatusOr<LookEvents::Look> {
+                           auto st = d->StatusFor(who, id, std::chrono::milliseconds(500));
+                           if (!st.ok()) return st.status();
+                           return LookEvents::Look{ProtoJson(*st), TerminalState(st->session().state())};
+                         }),
+                     std::chrono::milliseconds(1000));
+}
+
+// The proctor's view (every sitting of the exams the token may proctor)
+// and a candidate's own sitting, as ListExams and GetSitting answer them.
+HttpResponse WebService::ExamRoute(const Grant& who, const HttpRequest& req) {
+  if (exams_ == nullptr) return ErrorResponse(Unavailable("this controller runs no exams"), true);
+  const bool events = req.path.size() > 7 && req.path.compare(req.path.size() - 7, 7, "/events") == 0;
+  std::function<StatusOr<LookEvents::Look>()> look;
+  std::string event;
+  if (req.path.rfind("/api/exams", 0) == 0) {
+    auto admitted = drill_->AdmitGrant(who, Access::kProctor, "http GET /api/exams", v1::ListExamsRequest());
+    if (!admitted.ok()) return ErrorResponse(admitted.status(), true);
+    event = "exams";
+    look = [e = exams_, who]() -> StatusOr<LookEvents::Look> {
+      auto exams = e->List(who);
+      if (!exams.ok()) return exams.status();
+      v1::ListExamsResponse list;
+      for (auto& x : *exams) *list.add_exams() = std::move(x);
+      return LookEvents::Look{ProtoJson(list), false};
+    };
+  } else {
+    v1::GetSittingRequest asked;  // a candidate's own: no exam, no name
+    auto admitted = drill_->AdmitGrant(who, Access::kExamView, "http GET /api/sitting", asked);
+    if (!admitted.ok()) return ErrorResponse(admitted.status(), true);
+    event = "sitting";
+    look = [e = exams_, who, asked]() -> StatusOr<LookEvents::Look> {
+      auto sitting = e->GetSitting(who, asked);
+      if (!sitting.ok()) return sitting.status();
+      return LookEvents::Look{ProtoJson(*sitting), sitting->state() != "open"};
+    };
+  }
+  if (events)
+    return EventStream(std::make_shared<LookEvents>(event, std::move(look)), std::chrono::milliseconds(2000));
+  auto now = look();
+  if (!now.ok()) return ErrorResponse(now.status(), true);
+  return Json(now->json + "\n");
 }
 
 HttpResponse WebService::Login(const HttpRequest& req) {
@@ -321,17 +372,30 @@ HttpResponse WebService::NewLoginLink(const HttpRequest& req) {
   const std::string token = BearerToken(header);
   const std::string ticket = NewToken().substr(4);  // 64 random hex digits
   const auto now = std::chrono::steady_clock::now();
+  // ?ttl_s= up to kTicketLifeMax (the demo's link waits for its reader).
+  std::chrono::seconds life = kTicketLife;
+  if (const std::string ttl = req.Query("ttl_s"); !ttl.empty()) {
+    int s = 0;
+    try {
+      s = std::stoi(ttl);
+    } catch (const std::exception&) {
+    }
+    if (s < 1 || s > kTicketLifeMax.count())
+      return ErrorResponse(InvalidArgument("ttl_s must be 1 to " + std::to_string(kTicketLifeMax.count()) +
+                                           " seconds, got '" + ttl + "'"),
+                           true);
+    life = std::chrono::seconds(s);
+  }
   {
     std::lock_guard<std::mutex> lock(tickets_mu_);
     for (auto it = tickets_.begin(); it != tickets_.end();)
       it = it->second.expires < now ? tickets_.erase(it) : ++it;
-    tickets_[ticket] = Ticket{token, LocalPath(req.Query("next")), now + kTicketLife};
+    tickets_[ticket] = Ticket{token, LocalPath(req.Query("next")), now + life};
   }
-  return Json(nlohmann::json{{"path", "/login?ticket=" + ticket},
-                             {"expires_in_s", kTicketLife.count()},
-                             {"name", who->name}}
-                  .dump() +
-              "\n");
+  return Json(
+      nlohmann::json{{"path", "/login?ticket=" + ticket}, {"expires_in_s", life.count()}, {"name", who->name}}
+          .dump() +
+      "\n");
 }
 
 HttpResponse WebService::UseLoginLink(const HttpRequest& req) {

@@ -11,9 +11,12 @@
 //   GET  /api/sessions/ID/status       what `firedrill status ID --json` prints
 //   GET  /api/sessions/ID/events       the same status as Server-Sent Events, on change
 //   GET  /api/sessions/ID/metrics      what `firedrill metrics ID --json` prints (?run=)
+//   GET  /api/sessions/ID/timeline     the shared timeline (`firedrill timeline`): who did what (?after=SEQ)
+//   GET  /api/exams[/events]           a proctor's exams and every sitting (`exam list`)
+//   GET  /api/sitting[/events]         a candidate's own sitting (`exam status`)
 //   POST /login                        a token (form field `token`) into an HttpOnly cookie
 //   POST /logout                       clears it
-//   POST /api/login-link               a one-time link for the presented bearer token (60 s)
+//   POST /api/login-link               a one-time link for the presented bearer token (60 s; ?ttl_s= to 900)
 //   GET  /login?ticket=T               that link: sets the cookie once, then redirects
 // Every route but /healthz authenticates as the gRPC API does, through
 // DrillService (controller/authz.h): a bearer token in the Authorization
@@ -28,6 +31,7 @@
 
 #include "controller/agent_pool.h"
 #include "controller/drill_service.h"
+#include "controller/exam_manager.h"
 #include "controller/session_manager.h"
 #include "controller/web/http_server.h"
 #include "controller/web_metrics.h"
@@ -37,16 +41,19 @@ namespace firedrill::controller {
 // The cookie /login sets.
 inline constexpr const char* kTokenCookie = "fd_token";
 inline constexpr std::chrono::seconds kTicketLife{60};
+inline constexpr std::chrono::seconds kTicketLifeMax{900};
 
 class WebService {
  public:
-  // `pool` and `counters` may be null (no agent or RPC counts then).
+  // `pool`, `counters` and `exams` may be null (no agent or RPC counts, no
+  // exam routes then).
   WebService(DrillService* drill, SessionManager* sessions, AgentPool* pool,
-             const ControllerCounters* counters)
+             const ControllerCounters* counters, ExamManager* exams = nullptr)
       : drill_(drill),
         sessions_(sessions),
         pool_(pool),
         counters_(counters),
+        exams_(exams),
         started_(std::chrono::steady_clock::now()) {}
   // The server that serves it: its own counts go into /metrics.
   void SetServer(const web::HttpServer* server) { server_ = server; }
@@ -59,6 +66,7 @@ class WebService {
   StatusOr<Grant> Authenticate(const web::HttpRequest& req) const;
   web::HttpResponse Metrics(const Grant& who);
   web::HttpResponse SessionRoute(const Grant& who, const web::HttpRequest& req);
+  web::HttpResponse ExamRoute(const Grant& who, const web::HttpRequest& req);
   web::HttpResponse Login(const web::HttpRequest& req);
   ControllerSnapshot Snapshot() const;
   // One-time login links (`firedrill dashboard`): a ticket stands for the
@@ -77,6 +85,7 @@ class WebService {
   SessionManager* sessions_;
   AgentPool* pool_;
   const ControllerCounters* counters_;
+  ExamManager* exams_;
   const web::HttpServer* server_ = nullptr;
   bool secure_cookie_ = false;
   std::chrono::steady_clock::time_point started_;

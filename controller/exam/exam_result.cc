@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/svg_chart.h"
 #include "common/text.h"
 #include "controller/exam/json_read.h"
 #include "controller/exam/signing.h"
@@ -247,6 +248,20 @@ std::string ResultHtml(const json& r) {
       << Int(it, "points") << "</td><td>" << Int(it, "weight") << "</td><td>" << EscapeHtml(Str(it, "state"))
       << "</td></tr>\n";
   o << "</table>\n";
+  {
+    // Points against weight per item, as bars.
+    ChartSpec chart;
+    chart.title = "Points per item";
+    chart.x_label = "item";
+    chart.bars = true;
+    ChartSeries got{"points", {}}, of{"of", {}};
+    for (const auto& it : List(r, "items")) {
+      got.points.emplace_back(static_cast<double>(Int(it, "item")), static_cast<double>(Int(it, "points")));
+      of.points.emplace_back(static_cast<double>(Int(it, "item")), static_cast<double>(Int(it, "weight")));
+    }
+    chart.series = {std::move(got), std::move(of)};
+    if (!List(r, "items").empty()) o << "<figure>" << SvgChart(chart) << "</figure>\n";
+  }
   for (const auto& it : List(r, "items")) {
     o << "<h2>Item " << Int(it, "item") << ": " << EscapeHtml(Str(it, "title")) << " <small>("
       << EscapeHtml(Str(it, "scenario")) << ")</small></h2>\n<p>" << Int(it, "points") << " of "

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "common/svg_chart.h"
 #include "common/text.h"
 
 namespace firedrill::controller {
@@ -92,8 +93,26 @@ std::string PostmortemHtml(const PostmortemInput& in) {
     o << ".";
   }
   o << "</p>\n<h2>Summary</h2>\n<p>" << h(in.root_cause) << "</p>\n<h2>Impact</h2>\n<p>" << h(ImpactText(in))
-    << "</p>\n<h2>Root cause and trigger</h2>\n<p>" << h(in.root_cause)
-    << "</p>\n<p>Trigger: " << h(in.trigger) << "</p>\n<h2>Detection</h2>\n<p>";
+    << "</p>\n";
+  if (!in.rate_points.empty()) {
+    // The job's rate through the session against its healthy baseline,
+    // minutes from the session's start.
+    ChartSpec chart;
+    chart.title = "The job's " + in.unit + "/s through the drill";
+    chart.x_label = "minutes since the session started";
+    ChartSeries job{"the job", {}};
+    for (const auto& [ms, rate] : in.rate_points)
+      job.points.emplace_back((ms - in.session_start_ms) / 60000.0, rate);
+    chart.series.push_back(std::move(job));
+    if (in.baseline_rate > 0) {
+      chart.reference = in.baseline_rate;
+      chart.reference_label = "healthy baseline";
+    }
+    chart.y_from_zero = true;
+    o << "<figure>" << SvgChart(chart) << "</figure>\n";
+  }
+  o << "<h2>Root cause and trigger</h2>\n<p>" << h(in.root_cause) << "</p>\n<p>Trigger: " << h(in.trigger)
+    << "</p>\n<h2>Detection</h2>\n<p>";
   if (in.milestones.size() > 1 && in.milestones[1].entry >= 0) {
     const TimelineEntry& e = in.timeline[in.milestones[1].entry];
     o << "First named by " << h(Who(e)) << " at " << UtcText(e.unix_ms) << " (" << h(e.kind)

@@ -4,7 +4,9 @@
 // milestone times, and the sections only the team can write, left empty.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "controller/team/milestones.h"
@@ -22,6 +24,9 @@ struct PostmortemInput {
   std::string unit;                       // "samples" or "tokens"
   double baseline_rate = 0;               // healthy units/s, measured
   Impact impact;                          // onset to mitigation (or the end)
+  // The job's rate (units/s) at each step's end (unix ms): the impact
+  // chart of the HTML form.
+  std::vector<std::pair<int64_t, double>> rate_points;
   int64_t session_start_ms = 0;
   int64_t session_end_ms = 0;
   std::vector<Milestone> milestones;

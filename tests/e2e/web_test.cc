@@ -149,6 +149,10 @@ TEST_F(WebTest, MetricsOfARunningDrillAgreeWithStatusAndStreamUpdates) {
   EXPECT_EQ(theirs.body.find(id), std::string::npos) << theirs.body;
   EXPECT_EQ(th::Get(http_, "/api/sessions/" + id + "/status", other->token()).status, 404);
   EXPECT_EQ(th::Get(http_, "/api/sessions/" + id + "/events", other->token()).status, 404);
+  EXPECT_EQ(th::Get(http_, "/api/sessions/" + id + "/timeline", other->token()).status, 404);
+  th::Reply mine = th::Get(http_, "/api/sessions/" + id + "/timeline", owner_);
+  EXPECT_EQ(mine.status, 200);
+  EXPECT_NE(mine.body.find("\"who\":\"controller\""), std::string::npos) << mine.body;
   th::Reply listed = th::Get(http_, "/api/sessions", other->token());
   EXPECT_EQ(listed.body.find(id), std::string::npos) << listed.body;
 
@@ -208,6 +212,9 @@ TEST_F(WebTest, TheDashboardShowsEveryRankAndFollowsTheJobInARealBrowser) {
   EXPECT_NE(*first, *second) << "the charted data did not change in 4 s";
   EXPECT_NE(Slurp(dir + "/session-1.png"), Slurp(dir + "/session-2.png"));
   EXPECT_GT(Slurp(dir + "/session-1.png").size(), 10000u);
+
+  // The shared timeline: the controller's entries at least (the baseline, the run).
+  EXPECT_TRUE(b.WaitFor("document.querySelectorAll('.events tr').length >= 2", 20).ok());
 
   // The list shows the session; the page logged no error anywhere.
   ASSERT_TRUE(b.Eval("location.hash = '#/'").ok());

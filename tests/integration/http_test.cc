@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "cli/client.h"
@@ -17,6 +18,7 @@
 #include "common/paths.h"
 #include "controller/server.h"
 #include "controller/web/http_server.h"
+#include "tests/e2e/browser.h"
 
 namespace firedrill {
 namespace {
@@ -326,6 +328,69 @@ TEST_F(ControllerHttpTest, ALearnersScrapeHoldsNoControllerFamilies) {
   EXPECT_EQ(r.body.find("firedrill_build_info{"), std::string::npos) << r.body;
   EXPECT_EQ(r.body.find("firedrill_rpcs_total{"), std::string::npos) << r.body;
   EXPECT_EQ(Promtool(r.body).first, 0);
+}
+
+// The proctor's view and a candidate's: the exam routes answer as ListExams
+// and GetSitting do, and the dashboard's exam page, in a real browser,
+// shows a proctor every sitting and refuses a candidate.
+TEST_F(ControllerHttpTest, TheProctorViewIsTheProctorsAndACandidateSeesTheirSitting) {
+  cli::DrillClient owner(server_->address());
+  owner.SetToken(owner_);
+  std::ifstream file(std::string(FIREDRILL_SOURCE_DIR) + "/exams/practical.yaml");
+  const std::string yaml((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  auto exam = owner.CreateExam(yaml, "practical.yaml");
+  ASSERT_TRUE(exam.ok()) << exam.status().message();
+  auto cara = owner.IssueCandidate(exam->exam_id(), "cara");
+  ASSERT_TRUE(cara.ok()) << cara.status().message();
+  cli::DrillClient candidate(server_->address());
+  candidate.SetToken(cara->token());
+  ASSERT_TRUE(candidate.StartSitting().ok());
+
+  th::Reply exams = th::Get(http_, "/api/exams", owner_);
+  EXPECT_EQ(exams.status, 200);
+  EXPECT_NE(exams.body.find("\"candidate\":\"cara\""), std::string::npos) << exams.body;
+  th::Reply refused = th::Get(http_, "/api/exams", cara->token());
+  EXPECT_EQ(refused.status, 403) << refused.body;
+  EXPECT_EQ(refused.body.find("cara"), std::string::npos) << refused.body;  // no sitting in the refusal
+  th::Reply sitting = th::Get(http_, "/api/sitting", cara->token());
+  EXPECT_EQ(sitting.status, 200) << sitting.body;
+  EXPECT_NE(sitting.body.find("\"remaining_ms\""), std::string::npos) << sitting.body;
+  EXPECT_EQ(sitting.body.find("\"seed\""), std::string::npos);
+
+  // In a browser: the owner sees cara's sitting on the exam page; cara is refused it.
+  const std::string shots = std::string(FIREDRILL_BIN_DIR) + "/../test-artifacts/dashboard";
+  std::filesystem::create_directories(shots);
+  auto link = [&](const std::string& token, const std::string& next) {
+    th::Reply r =
+        th::Request(http_, "POST", "/api/login-link?next=" + next, "Authorization: Bearer " + token + "\r\n");
+    const size_t at = r.body.find("/login?ticket=");
+    return at == std::string::npos ? std::string() : r.body.substr(at, r.body.find('"', at) - at);
+  };
+  {
+    auto b = e2e::HeadlessBrowser::Start(dir_ + "/chromium-owner");
+    ASSERT_TRUE(b.ok()) << b.status().message();
+    ASSERT_TRUE((*b)->Navigate("http://" + http_ + link(owner_, "%2F%23%2Fexams")).ok());
+    Status shown =
+        (*b)->WaitFor("document.querySelector('[data-exam] tr[data-candidate=\"cara\"]') !== null", 20);
+    EXPECT_TRUE(shown.ok()) << shown.message();
+    ASSERT_TRUE((*b)->Screenshot(shots + "/exams-proctor.png").ok());
+    EXPECT_EQ((*b)->Errors(), std::vector<std::string>());
+  }
+  {
+    auto b = e2e::HeadlessBrowser::Start(dir_ + "/chromium-cara");
+    ASSERT_TRUE(b.ok()) << b.status().message();
+    ASSERT_TRUE((*b)->Navigate("http://" + http_ + link(cara->token(), "%2F%23%2Fexams")).ok());
+    Status shown = (*b)->WaitFor("document.querySelector('[data-refused]') !== null", 20);
+    EXPECT_TRUE(shown.ok()) << shown.message();
+    auto rows = (*b)->Eval("document.querySelectorAll('[data-exam]').length");
+    ASSERT_TRUE(rows.ok());
+    EXPECT_EQ(*rows, 0);
+    ASSERT_TRUE((*b)->Screenshot(shots + "/exams-candidate-refused.png").ok());
+    // Their own sitting is theirs to see.
+    ASSERT_TRUE((*b)->Eval("location.hash = '#/sitting'").ok());
+    shown = (*b)->WaitFor("document.querySelector('[data-view=sitting] table') !== null", 20);
+    EXPECT_TRUE(shown.ok()) << shown.message();
+  }
 }
 
 }  // namespace

@@ -124,6 +124,8 @@ TEST(ExamResult, ReportsEscapeWhatACandidateTyped) {
   EXPECT_EQ(html.find("<script>"), std::string::npos);
   EXPECT_NE(html.find("&lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
   EXPECT_EQ(html.find("src="), std::string::npos);  // self-contained
+  EXPECT_NE(html.find("<svg"), std::string::npos);  // points per item, inline
+  EXPECT_NE(html.find("Points per item"), std::string::npos);
   const std::string md = ResultMarkdown(r);
   EXPECT_NE(md.find("\\<script\\>alert(1)\\</script\\> \\| \\*\\*bold\\*\\*"), std::string::npos) << md;
   EXPECT_NE(md.find("**105 of 150 points (70.0%): PASS (pass mark 66%)**"), std::string::npos) << md;

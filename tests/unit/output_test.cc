@@ -215,5 +215,14 @@ TEST(PrintStatusTest, AModelParallelJobShowsMeshPlacesAndItsGroupsTimes) {
   EXPECT_NE(m.find("MEASURED/TEXTBOOK"), std::string::npos) << m;
 }
 
+// A progress bar's estimate: the rest at the rate measured so far.
+TEST(ProgressEstimate, SaysHowLongTheRestTakesOnceItCan) {
+  EXPECT_EQ(Progress::Estimate(0, 50, 100, 10), "about 10 s left");
+  EXPECT_EQ(Progress::Estimate(10, 20, 1000, 5), "about 8 min left");
+  EXPECT_EQ(Progress::Estimate(20, 20, 100, 10), "");  // no progress yet: no guess
+  EXPECT_EQ(Progress::Estimate(0, 5, 100, 0.5), "");   // too soon to say
+  EXPECT_EQ(Progress::Estimate(0, 100, 100, 10), "");  // done
+}
+
 }  // namespace
 }  // namespace firedrill::cli

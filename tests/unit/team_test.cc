@@ -117,7 +117,12 @@ TEST(Postmortem, HasTheTemplatesSectionsTheMeasuredImpactAndEscapedText) {
   EXPECT_NE(md.find("| time to resolve | 6 min 00 s |"), std::string::npos) << md;
   EXPECT_NE(md.find("First named by bob (investigator)"), std::string::npos) << md;
   EXPECT_NE(md.find("\\<b\\>fine\\</b\\> \\| \\*really\\*"), std::string::npos) << md;
-  const std::string html = PostmortemHtml(in);
+  std::string html = PostmortemHtml(in);
+  EXPECT_EQ(html.find("<svg"), std::string::npos);  // no rate measured: no chart
+  in.rate_points = {{kOnset - 60 * kS, 1000}, {kOnset, 500}, {kOnset + 300 * kS, 990}};
+  html = PostmortemHtml(in);
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("healthy baseline"), std::string::npos);
   EXPECT_EQ(html.find("<b>fine"), std::string::npos);
   EXPECT_NE(html.find("&lt;b&gt;fine&lt;/b&gt;"), std::string::npos);
 }

@@ -67,6 +67,32 @@ function show(...kids) {
   main().replaceChildren(...kids);
 }
 
+// An event stream with its events' handlers. A stream the server refuses
+// (a token that may not see it) closes at once: `fallback`, the same thing
+// as plain JSON, then says why, and the view shows it.
+function stream(url, fallback, handlers) {
+  const es = new EventSource(url);
+  for (const [name, fn] of Object.entries(handlers)) es.addEventListener(name, (e) => fn(JSON.parse(e.data)));
+  const refuse = (message) => {
+    es.close();
+    show(el('p', {class: 'error', 'data-refused': '', text: message}));
+  };
+  es.addEventListener('refused', (e) => refuse(JSON.parse(e.data).message));
+  es.addEventListener('error', () => {
+    if (es.readyState === EventSource.CLOSED) api(fallback).then(() => {}, (e) => refuse(e.message));
+  });
+  return es;
+}
+
+function table(headings, rows, attrs) {
+  return el('table', attrs || {}, el('thead', {}, el('tr', {}, ...headings.map((t) => el('th', {text: t})))),
+            el('tbody', {}, ...rows));
+}
+
+function link(href, text) {
+  return el('a', {href: href, text: text});
+}
+
 // ---- charts -------------------------------------------------------------
 
 function niceTicks(lo, hi, n) {
@@ -189,9 +215,8 @@ function listView() {
           el('thead', {}, el('tr', {}, ...['session', 'scenario', 'state', 'started', 'age', 'score']
                                             .map((t) => el('th', {text: t})))),
           body));
-  const es = new EventSource('/api/sessions/events');
-  es.addEventListener('sessions', (e) => {
-    const list = JSON.parse(e.data).sessions || [];
+  const es = stream('/api/sessions/events', '/api/sessions', {sessions: (got) => {
+    const list = got.sessions || [];
     list.sort((a, b) => num(b.created_unix_ms) - num(a.created_unix_ms));
     body.replaceChildren(...list.map((s) => {
       const created = num(s.created_unix_ms);
@@ -206,8 +231,7 @@ function listView() {
                 el('td', {text: scored ? s.total_score + ' / ' + s.max_score : ''}));
     }));
     if (list.length === 0) body.append(el('tr', {}, el('td', {class: 'muted', colspan: 6, text: 'no sessions yet'})));
-  });
-  es.addEventListener('refused', (e) => show(el('p', {class: 'error', text: JSON.parse(e.data).message})));
+  }});
   return {close: () => es.close()};
 }
 
@@ -219,7 +243,7 @@ function sessionView(id) {
   card('phases', 'Phase split per rank (ms per step, window mean)');
   card('tput', 'Throughput against the healthy baseline (1 = baseline)');
   card('loss', 'Loss by step');
-  card('events', 'Events');
+  card('events', 'Timeline: who did what');
   const stepChart = new LineChart(cards.step, 'step-time', {xTime: true, zero: true});
   const tputChart = new LineChart(cards.tput, 'throughput', {xTime: true, ref: 1, zero: true,
                                                              empty: 'no baseline measured yet'});
@@ -258,6 +282,36 @@ function sessionView(id) {
     }).catch(() => {});
   };
 
+  // The shared timeline (every participant's entries and the controller's
+  // events), fetched on from the last entry seen; the status's own events
+  // where the controller keeps no timeline.
+  const timeline = [];
+  let lastSeq = 0, timelineAt = 0, timelineBusy = false, noTimeline = false;
+  const drawTimeline = (rows) => eventsBody.replaceChildren(...rows.slice().reverse().map((t) => el('tr', {},
+      el('td', {text: new Date(num(t.unix_ms)).toLocaleTimeString()}),
+      el('td', {text: t.who + (t.role ? ' (' + t.role + ')' : '')}),
+      el('td', {text: t.kind}),
+      el('td', {text: t.text}))));
+  const refreshTimeline = (st) => {
+    if (noTimeline) {
+      drawTimeline((st.events || []).map((e) => ({unix_ms: e.unix_ms, who: 'controller', role: '', kind: e.kind,
+                                                  text: (num(e.rank) >= 0 ? 'rank ' + e.rank + ': ' : '') + e.message})));
+      return;
+    }
+    const final = TERMINAL.has((st.session || {}).state);
+    if (timelineBusy || (!final && Date.now() - timelineAt < 2000)) return;
+    timelineBusy = true;
+    timelineAt = Date.now();
+    api('/api/sessions/' + encodeURIComponent(id) + '/timeline?after=' + lastSeq).then((got) => {
+      for (const t of got.items || []) {
+        timeline.push(t);
+        lastSeq = Math.max(lastSeq, num(t.seq));
+      }
+      if (timeline.length > KEEP) timeline.splice(0, timeline.length - KEEP);
+      drawTimeline(timeline);
+    }, () => { noTimeline = true; refreshTimeline(st); }).finally(() => { timelineBusy = false; });
+  };
+
   const fact = (label, value) => el('div', {}, el('span', {text: label}), value);
   const update = (st) => {
     const s = st.session || {};
@@ -285,26 +339,80 @@ function sessionView(id) {
     tputChart.draw(tputSeries);
     lossChart.draw(lossSeries);
     drawPhases(phaseSvg, phaseLegend, ranks.filter((r) => num(r.window_steps) > 0));
-    eventsBody.replaceChildren(...(st.events || []).slice().reverse().map((e) => el('tr', {},
-        el('td', {text: new Date(num(e.unix_ms)).toLocaleTimeString()}),
-        el('td', {text: e.kind}),
-        el('td', {text: num(e.rank) >= 0 ? 'rank ' + e.rank : ''}),
-        el('td', {text: e.message}))));
+    refreshTimeline(st);
     if (TERMINAL.has(s.state)) es.close();  // the last look; no reconnecting
   };
-  const es = new EventSource('/api/sessions/' + encodeURIComponent(id) + '/events');
-  es.addEventListener('status', (e) => update(JSON.parse(e.data)));
-  es.addEventListener('refused', (e) => {
-    es.close();
-    show(el('p', {class: 'error', text: JSON.parse(e.data).message}));
-  });
+  const base = '/api/sessions/' + encodeURIComponent(id);
+  const es = stream(base + '/events', base + '/status', {status: update});
   return {close: () => es.close()};
+}
+
+function timeLeft(s, receivedAt) {
+  if (s.state !== 'open') return '';
+  return duration(Math.max(0, num(s.remaining_ms) - (Date.now() - receivedAt)) / 1000);
+}
+
+function itemCell(i) {
+  const text = i.index + ': ' + i.state + (num(i.attempts) > 1 ? ' (' + num(i.attempts_used) + '/' + num(i.attempts) + ')' : '');
+  return i.session_id ? link('#/s/' + encodeURIComponent(i.session_id), text) : text;
+}
+
+// The proctor's view: every candidate's sitting of the exams this token
+// proctors, with the time each has left.
+function examsView() {
+  const wrap = el('div', {'data-view': 'exams'});
+  show(el('h1', {text: 'Exams'}), wrap);
+  let got = null, at = 0;
+  const render = () => {
+    if (!got) return;
+    const exams = got.exams || [];
+    if (exams.length === 0) return wrap.replaceChildren(el('p', {class: 'muted', text: 'no exams yet'}));
+    wrap.replaceChildren(...exams.map((x) => el('div', {class: 'card', 'data-exam': x.exam_id},
+        el('h2', {text: x.title + ' (' + x.exam_id + '): ' + num(x.items) + ' items, ' + num(x.time_limit_min) +
+                        ' min, pass mark ' + num(x.pass_mark) + '%'}),
+        table(['candidate', 'sitting', 'state', 'time left', 'items', 'result', 'warnings'],
+              (x.sittings || []).map((s) => el('tr', {'data-candidate': s.candidate},
+                  el('td', {text: s.candidate}), el('td', {text: String(s.sitting)}),
+                  el('td', {class: 'state', text: s.state}), el('td', {text: timeLeft(s, at)}),
+                  el('td', {}, ...(s.items || []).flatMap((i, k) => (k ? [', ', itemCell(i)] : [itemCell(i)]))),
+                  el('td', {text: num(s.max_total) > 0 ? num(s.total) + ' / ' + num(s.max_total) +
+                                                             (s.passed ? ' pass' : ' fail') : ''}),
+                  el('td', {text: (s.warnings || []).slice(-1).join('')})))))));
+  };
+  const es = stream('/api/exams/events', '/api/exams', {exams: (x) => { got = x; at = Date.now(); render(); }});
+  const tick = setInterval(render, 1000);  // the countdowns
+  return {close: () => { es.close(); clearInterval(tick); }};
+}
+
+// A candidate's own sitting: time left, warnings, the items.
+function sittingView() {
+  const wrap = el('div', {'data-view': 'sitting'});
+  show(el('h1', {text: 'My sitting'}), wrap);
+  let got = null, at = 0;
+  const render = () => {
+    if (!got) return;
+    wrap.replaceChildren(
+        el('div', {class: 'facts'},
+           el('div', {}, el('span', {text: 'exam'}), got.exam_title || got.exam_id),
+           el('div', {}, el('span', {text: 'state'}), got.state),
+           el('div', {}, el('span', {text: 'time left'}), timeLeft(got, at))),
+        table(['item', 'points', 'title', 'state', 'attempts'], (got.items || []).map((i) => el('tr', {},
+            el('td', {}, itemCell(i)), el('td', {text: String(num(i.points))}), el('td', {text: i.title || ''}),
+            el('td', {text: i.state}), el('td', {text: num(i.attempts_used) + ' of ' + num(i.attempts)})))),
+        ...(got.warnings || []).map((w) => el('p', {class: 'error', text: w})));
+  };
+  const es = stream('/api/sitting/events', '/api/sitting', {sitting: (x) => { got = x; at = Date.now(); render(); }});
+  const tick = setInterval(render, 1000);
+  return {close: () => { es.close(); clearInterval(tick); }};
 }
 
 function route() {
   if (current) current.close();
   const m = location.hash.match(/^#\/s\/([^/]+)$/);
-  current = m ? sessionView(decodeURIComponent(m[1])) : listView();
+  if (m) current = sessionView(decodeURIComponent(m[1]));
+  else if (location.hash === '#/exams') current = examsView();
+  else if (location.hash === '#/sitting') current = sittingView();
+  else current = listView();
 }
 
 async function start() {
@@ -314,6 +422,11 @@ async function start() {
     if (e.login) return loginView(new URLSearchParams(location.search).get('why'));
     return show(el('p', {class: 'error', text: e.message}));
   }
+  const roles = me.roles.split('+');
+  const nav = [link('#/', 'sessions')];
+  if (roles.includes('owner') || roles.includes('proctor')) nav.push(link('#/exams', 'exams'));
+  if (roles.includes('candidate')) nav.push(link('#/sitting', 'my sitting'));
+  document.getElementById('nav').replaceChildren(...nav);
   const who = document.getElementById('who');
   who.replaceChildren(me.name + ' (' + me.roles + ')',
                       el('button', {text: 'log out', on: {click: async () => {
