@@ -117,9 +117,12 @@ std::string LocalPath(const std::string& next) {
              : "/";
 }
 
-std::string CookieHeader(const std::string& value, bool secure, int max_age) {
+// The login cookie: HttpOnly (no script reads it), SameSite=Strict (no
+// other site's page sends it). Not Secure: the HTTP side is plaintext, on
+// loopback or behind a TLS proxy, which would add it.
+std::string CookieHeader(const std::string& value, int max_age) {
   return std::string(kTokenCookie) + "=" + value + "; Path=/; HttpOnly; SameSite=Strict" +
-         (secure ? "; Secure" : "") + (max_age >= 0 ? "; Max-Age=" + std::to_string(max_age) : "");
+         (max_age >= 0 ? "; Max-Age=" + std::to_string(max_age) : "");
 }
 
 }  // namespace
@@ -197,7 +200,7 @@ HttpResponse WebService::Handle(const HttpRequest& req) {
     }
     if (req.path == "/login") return Login(req);
     HttpResponse r = Text("logged out\n");
-    r.headers.emplace_back("Set-Cookie", CookieHeader("", secure_cookie_, 0));
+    r.headers.emplace_back("Set-Cookie", CookieHeader("", 0));
     return r;
   }
   auto who = Authenticate(req);
@@ -353,7 +356,7 @@ HttpResponse WebService::Login(const HttpRequest& req) {
   }
   HttpResponse r = Text("logged in as " + who->name + "\n", 303);
   r.headers.emplace_back("Location", LocalPath(form.count("next") ? form["next"] : "/"));
-  r.headers.emplace_back("Set-Cookie", CookieHeader(token, secure_cookie_, -1));
+  r.headers.emplace_back("Set-Cookie", CookieHeader(token, -1));
   return r;
 }
 
@@ -416,7 +419,7 @@ HttpResponse WebService::UseLoginLink(const HttpRequest& req) {
     return r;
   }
   r.headers.emplace_back("Location", t->next);
-  r.headers.emplace_back("Set-Cookie", CookieHeader(t->token, secure_cookie_, -1));
+  r.headers.emplace_back("Set-Cookie", CookieHeader(t->token, -1));
   return r;
 }
 

@@ -57,9 +57,6 @@ class WebService {
         started_(std::chrono::steady_clock::now()) {}
   // The server that serves it: its own counts go into /metrics.
   void SetServer(const web::HttpServer* server) { server_ = server; }
-  // Whether the login cookie is marked Secure (the controller serves TLS
-  // in front of it); off for a listener on loopback.
-  void SetSecureCookie(bool on) { secure_cookie_ = on; }
   web::HttpResponse Handle(const web::HttpRequest& req);
 
  private:
@@ -87,7 +84,6 @@ class WebService {
   const ControllerCounters* counters_;
   ExamManager* exams_;
   const web::HttpServer* server_ = nullptr;
-  bool secure_cookie_ = false;
   std::chrono::steady_clock::time_point started_;
 };
 
