@@ -3,12 +3,15 @@
 // with load (A B A B): N dashboard viewers, each holding the session's
 // status event stream (as the dashboard's session view does), and a
 // Prometheus scrape of /metrics every second. Per pair: loaded / unloaded
-// mean step time, from the job's own step reports (`firedrill metrics`
-// rows) of the steps that ended in each window. Then the load stays on for
-// --soak-minutes while the controller's resident memory is sampled: it
+// median step time, from the job's own step reports (`firedrill metrics`
+// rows, every rank's) of the steps that ended in each window; odd pairs
+// measure the loaded window first, so a drift of the job's speed over the
+// run does not read as the load's cost. Then the controller's resident
+// memory is sampled every minute, --quiet-minutes without the load (what
+// it does on its own with a live session) and --soak-minutes with it: it
 // must stay flat. Results in bench/RESULTS.md.
 //
-//   build/bin/web_load --pairs 6 --window-s 20 --viewers 20 --soak-minutes 10
+//   build/bin/web_load --pairs 10 --window-s 60 --viewers 20 --quiet-minutes 5 --soak-minutes 10
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -107,22 +110,29 @@ class Load {
   std::vector<std::thread> threads_;
 };
 
-// Mean step time (ms) over every rank's steps that ended in [from, to).
-double MeanStepMs(cli::DrillClient& c, const std::string& id, int64_t from_ms, int64_t to_ms, int* steps) {
+// Median step time (ms) over every rank's steps that ended in [from, to):
+// the median, because a window's mean moves with its few long steps (a
+// checkpoint write, a scheduling stall) more than with what the load costs
+// every step.
+double MedianStepMs(cli::DrillClient& c, const std::string& id, int64_t from_ms, int64_t to_ms, int* steps) {
   v1::GetMetricsRequest req;
   req.set_session_id(id);
   auto m = c.GetMetrics(req);
   *steps = 0;
   if (!m.ok()) return 0;
-  double sum = 0;
+  std::vector<double> ms;
   for (const auto& r : m->ranks())
     for (const auto& row : r.rows())
-      if (row.end_unix_ms() >= from_ms && row.end_unix_ms() < to_ms && row.step_ms() > 0) {
-        sum += row.step_ms();
-        ++*steps;
-      }
-  return *steps ? sum / *steps : 0;
+      if (row.end_unix_ms() >= from_ms && row.end_unix_ms() < to_ms && row.step_ms() > 0)
+        ms.push_back(row.step_ms());
+  *steps = static_cast<int>(ms.size());
+  return ms.empty() ? 0 : Median(ms);
 }
+
+// The controller's RSS every minute for `minutes` (minute 0 first), into
+// `rss`; follows the drill to a new session when its time runs out.
+void SampleRss(const char* what, int minutes, pid_t pid, cli::DrillClient& c, StatusOr<std::string>& id,
+               const std::string& scenario, int64_t& next_seed, Load* load, std::vector<long>& rss);
 
 StatusOr<std::string> StartRunning(cli::DrillClient& c, const std::string& scenario, int64_t seed) {
   auto info = c.StartSession(scenario, seed);
@@ -145,13 +155,15 @@ bool Live(cli::DrillClient& c, const std::string& id) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int pairs = 6, window_s = 20, viewers = 20, soak_minutes = 10;
+  int pairs = 10, window_s = 60, viewers = 20, soak_minutes = 10, quiet_minutes = 5;
   int64_t seed = 9100;
   std::string scenario = "quiet-night-page", scenario_dir = DefaultScenarioDir();
   CLI::App app{"web_load: what dashboard viewers and a Prometheus scrape cost a running drill"};
   app.add_option("--pairs", pairs, "unloaded/loaded window pairs")->capture_default_str();
   app.add_option("--window-s", window_s, "seconds per window")->capture_default_str();
   app.add_option("--viewers", viewers, "dashboard viewers (status event streams)")->capture_default_str();
+  app.add_option("--quiet-minutes", quiet_minutes, "then memory sampled this long without the load (0: none)")
+      ->capture_default_str();
   app.add_option("--soak-minutes", soak_minutes, "then the load held this long, sampling memory (0: none)")
       ->capture_default_str();
   app.add_option("--scenario", scenario, "a scenario without faults")->capture_default_str();
@@ -185,17 +197,23 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "web_load: the session is no longer running after %d pairs\n", p);
       break;
     }
-    const int64_t a0 = NowMs();
-    std::this_thread::sleep_for(std::chrono::seconds(window_s));
-    const int64_t a1 = NowMs();
+    // Two windows back to back, the loaded one first in odd pairs (A B, B A, ...).
+    const bool loaded_first = p % 2 == 1;
     const uint64_t scrapes0 = load.scrapes();
-    load.Start();
-    std::this_thread::sleep_for(std::chrono::seconds(window_s));
-    const int64_t b1 = NowMs();
-    load.Stop();
-    std::this_thread::sleep_for(std::chrono::seconds(2));  // every step of B reported
+    int64_t edge[3];
+    edge[0] = NowMs();
+    for (int w = 0; w < 2; ++w) {
+      const bool loaded = (w == 0) == loaded_first;
+      if (loaded) load.Start();
+      std::this_thread::sleep_for(std::chrono::seconds(window_s));
+      if (loaded) load.Stop();
+      edge[w + 1] = NowMs();
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(2));  // every step of the second window reported
+    const int64_t *idle_w = loaded_first ? edge + 1 : edge, *loaded_w = loaded_first ? edge : edge + 1;
     int na = 0, nb = 0;
-    const double a = MeanStepMs(c, *id, a0, a1, &na), b = MeanStepMs(c, *id, a1, b1, &nb);
+    const double a = MedianStepMs(c, *id, idle_w[0], idle_w[1], &na),
+                 b = MedianStepMs(c, *id, loaded_w[0], loaded_w[1], &nb);
     if (a <= 0 || b <= 0) continue;
     ratios.push_back(b / a);
     std::printf("%-5d %12.2f %12.2f %8.4f %8d %8llu\n", p + 1, a, b, b / a, na + nb,
@@ -211,33 +229,54 @@ int main(int argc, char** argv) {
       Median(ratios), ratios.size(), (Median(ratios) - 1) * 100,
       static_cast<unsigned long long>(load.bytes()), static_cast<unsigned long long>(load.failures()));
 
-  if (soak_minutes > 0) {
-    std::printf("soak: %d min of the same load; controller RSS (MiB) every minute:\n", soak_minutes);
+  int64_t next_seed = seed + 1;
+  if (quiet_minutes > 0 && id.ok()) {
+    std::vector<long> rss;
+    SampleRss("quiet", quiet_minutes, ctl.pid(), c, id, scenario, next_seed, nullptr, rss);
+  }
+  if (soak_minutes > 0 && id.ok()) {
+    const uint64_t scrapes0 = load.scrapes(), failures0 = load.failures();
     load.Start();
     std::vector<long> rss;
-    for (int m = 0; m <= soak_minutes; ++m) {
-      if (m > 0) std::this_thread::sleep_for(std::chrono::minutes(1));
-      if (!Live(c, *id)) {  // a drill's time runs out: the viewers follow a new one
-        (void)c.EndSession(*id, std::chrono::seconds(60));
-        load.Stop();
-        id = StartRunning(c, scenario, seed + m + 1);
-        if (!id.ok()) break;
-        load.SetSession(*id);
-        load.Start();
-      }
-      rss.push_back(RssKb(ctl.pid()));
-      std::printf("  minute %2d: %.1f MiB\n", m, rss.back() / 1024.0);
-      std::fflush(stdout);
-    }
+    SampleRss("soak", soak_minutes, ctl.pid(), c, id, scenario, next_seed, &load, rss);
     load.Stop();
-    if (rss.size() >= 3)
-      std::printf(
-          "soak: RSS minute 1 %.1f MiB, minute %zu %.1f MiB (%+.1f%%), max %.1f MiB; %llu scrapes, %llu "
-          "failures\n",
-          rss[1] / 1024.0, rss.size() - 1, rss.back() / 1024.0, (double(rss.back()) / rss[1] - 1) * 100,
-          *std::max_element(rss.begin(), rss.end()) / 1024.0, static_cast<unsigned long long>(load.scrapes()),
-          static_cast<unsigned long long>(load.failures()));
+    std::printf("soak: %llu scrapes, %llu failures\n",
+                static_cast<unsigned long long>(load.scrapes() - scrapes0),
+                static_cast<unsigned long long>(load.failures() - failures0));
   }
   if (id.ok()) (void)c.EndSession(*id, std::chrono::seconds(60));
   return 0;
 }
+
+namespace {
+
+void SampleRss(const char* what, int minutes, pid_t pid, cli::DrillClient& c, StatusOr<std::string>& id,
+               const std::string& scenario, int64_t& next_seed, Load* load, std::vector<long>& rss) {
+  std::printf("%s: %d min %s; controller RSS (MiB) every minute:\n", what, minutes,
+              load ? "of the same load" : "without the load, the session running");
+  for (int m = 0; m <= minutes; ++m) {
+    if (m > 0) std::this_thread::sleep_for(std::chrono::minutes(1));
+    if (!Live(c, *id)) {  // a drill's time runs out: follow a new one
+      (void)c.EndSession(*id, std::chrono::seconds(60));
+      if (load) load->Stop();
+      id = StartRunning(c, scenario, next_seed++);
+      if (!id.ok()) break;
+      if (load) {
+        load->SetSession(*id);
+        load->Start();
+      }
+    }
+    rss.push_back(RssKb(pid));
+    std::printf("  minute %2d: %.1f MiB\n", m, rss.back() / 1024.0);
+    std::fflush(stdout);
+  }
+  if (rss.size() >= 3) {
+    const auto [lo, hi] = std::minmax_element(rss.begin() + 1, rss.end());
+    std::printf(
+        "%s: RSS minute 1 %.1f MiB, minute %zu %.1f MiB (%+.1f%%), range after minute 0 %.1f-%.1f MiB\n",
+        what, rss[1] / 1024.0, rss.size() - 1, rss.back() / 1024.0, (double(rss.back()) / rss[1] - 1) * 100,
+        *lo / 1024.0, *hi / 1024.0);
+  }
+}
+
+}  // namespace

@@ -303,6 +303,8 @@ void PrintSitting(const v1::SittingInfo& s, std::ostream& out) {
   if (s.max_total() > 0)
     out << "result: " << s.total() << " of " << s.max_total() << " points, "
         << (s.passed() ? "passed" : "not passed") << "\n";
+  for (const auto& i : s.items())
+    for (const auto& f : i.flags()) out << "for review, item " << i.index() << ": " << f << "\n";
 }
 
 int Sitting(CliContext& ctx, const StatusOr<v1::SittingInfo>& s) {
@@ -374,13 +376,18 @@ std::optional<int> RunExamServerCommand(ExamCommands& c, CliContext& ctx, DrillC
     for (const auto& e : r->exams()) {
       *ctx.out << e.exam_id() << ": " << e.title() << " (" << e.items() << " items, " << e.points()
                << " points, pass mark " << e.pass_mark() << "%, " << e.time_limit_min() << " minutes)\n";
-      Table t({"CANDIDATE", "SITTING", "STATE", "LEFT", "RESULT"});
-      for (const auto& s : e.sittings())
+      Table t({"CANDIDATE", "SITTING", "STATE", "LEFT", "RESULT", "REVIEW"});
+      for (const auto& s : e.sittings()) {
+        std::string review;  // the items a result flags for an instructor
+        for (const auto& i : s.items())
+          if (i.flags_size() > 0) review += (review.empty() ? "item " : ", ") + std::to_string(i.index());
         t.Add({s.candidate(), std::to_string(s.sitting()), s.state(),
                s.state() == "open" ? std::to_string(s.remaining_ms() / 60000) + " min" : "-",
                s.max_total() > 0 ? std::to_string(s.total()) + "/" + std::to_string(s.max_total()) +
                                        (s.passed() ? " passed" : " not passed")
-                                 : "-"});
+                                 : "-",
+               review.empty() ? "-" : review});
+      }
       if (e.sittings_size() > 0) t.Print(*ctx.out);
     }
     if (r->exams_size() == 0) *ctx.out << "no exams: `firedrill exam create FILE` makes one\n";

@@ -228,6 +228,15 @@ v1::SittingInfo ExamManager::Describe(const Sitting& s, bool for_proctor) const 
     out.set_total(s.total);
     out.set_max_total(s.max_total);
     out.set_passed(s.passed);
+    // The points and flags as signed: what the result says, not a second
+    // reckoning that could drift from it.
+    const json signed_doc = json::parse(s.signed_result, nullptr, /*allow_exceptions=*/false);
+    const json& items = json_read::List(Field(signed_doc, "result"), "items");
+    for (size_t i = 0; i < items.size() && i < static_cast<size_t>(out.items_size()); ++i) {
+      v1::SittingItem* o = out.mutable_items(static_cast<int>(i));
+      o->set_scored_points(static_cast<int>(Int(items[i], "points")));
+      for (const auto& f : json_read::List(items[i], "flags")) o->add_flags(Text(f));
+    }
   }
   return out;
 }

@@ -222,6 +222,40 @@ TEST_F(WebTest, TheDashboardShowsEveryRankAndFollowsTheJobInARealBrowser) {
   ASSERT_TRUE(b.Screenshot(dir + "/sessions.png").ok());
   EXPECT_EQ(b.Errors(), std::vector<std::string>());
 
+  // Another learner's browser: the list holds nothing of it and its page is
+  // refused, charting nothing (what a candidate beside a drill sees too).
+  v1::IssueTokenRequest req;
+  req.set_name("other-learner");
+  req.add_roles("learner");
+  auto other = c.IssueToken(req);
+  ASSERT_TRUE(other.ok()) << other.status().message();
+  th::Reply other_link = th::Request(http_, "POST", "/api/login-link?next=%2F%23%2F",
+                                     "Authorization: Bearer " + other->token() + "\r\n");
+  ASSERT_EQ(other_link.status, 200) << other_link.body;
+  {
+    auto ob = HeadlessBrowser::Start(dir_ + "/chromium-other");
+    ASSERT_TRUE(ob.ok()) << ob.status().message();
+    HeadlessBrowser& o = **ob;
+    ASSERT_TRUE(
+        o.Navigate("http://" + http_ + nlohmann::json::parse(other_link.body).at("path").get<std::string>())
+            .ok());
+    Status empty = o.WaitFor(
+        "[...document.querySelectorAll('[data-view=sessions] td')].some(t => t.textContent === 'no sessions "
+        "yet')",
+        20);
+    EXPECT_TRUE(empty.ok()) << empty.message();
+    auto rows = o.Eval("document.querySelectorAll('tr[data-session]').length");
+    ASSERT_TRUE(rows.ok());
+    EXPECT_EQ(*rows, 0);
+    ASSERT_TRUE(o.Eval("location.hash = '#/s/" + id + "'").ok());
+    Status refused = o.WaitFor("document.querySelector('[data-refused]') !== null", 20);
+    EXPECT_TRUE(refused.ok()) << refused.message();
+    auto lines = o.Eval("document.querySelectorAll('polyline').length");
+    ASSERT_TRUE(lines.ok());
+    EXPECT_EQ(*lines, 0);
+    ASSERT_TRUE(o.Screenshot(dir + "/session-other-learner.png").ok());
+  }
+
   // The link was for one use.
   th::Reply again = th::Get(http_, path);
   EXPECT_EQ(again.status, 303);

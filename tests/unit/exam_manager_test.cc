@@ -56,6 +56,10 @@ class FakeSessions : public ExamSessions {
     r.set_final(true);
     r.set_max_total(100);
     r.set_total(points_[id]);
+    if (review_.count(id)) {
+      r.set_needs_review(true);
+      r.set_note(review_[id]);
+    }
     scores_[id] = r;
     return i;
   }
@@ -77,6 +81,7 @@ class FakeSessions : public ExamSessions {
   std::map<std::string, v1::SessionInfo> info_;
   std::map<std::string, v1::ScoreReport> scores_;
   std::map<std::string, int> points_;                  // what ending a session scores
+  std::map<std::string, std::string> review_;          // sessions whose score asks for review: the note
   std::map<std::string, std::pair<bool, int>> hints_;  // scenario/owner -> the policy it was started with
   std::map<std::string, std::vector<v1::SessionEvent>> events_;
 };
@@ -185,6 +190,8 @@ TEST_F(ExamManagerTest, TheClockWarnsAtEachMarkAndTimeUpEndsAndScoresWhatIsOpen)
   EXPECT_EQ(s->remaining_ms(), 40 * kMin);
   const v1::SessionInfo item1 = Open(ada, 1);
   sessions_->points_[item1.session_id()] = 60;  // what it scores as it stands
+  sessions_->review_[item1.session_id()] =
+      "verified, but not an accepted remediation: an instructor should look";
   EXPECT_EQ(sessions_->hints_["throughput-halved/ada"], std::make_pair(true, 7)) << "the exam's hint price";
 
   auto warnings = [&] { return sessions_->events_[item1.session_id()].size(); };
@@ -228,6 +235,25 @@ TEST_F(ExamManagerTest, TheClockWarnsAtEachMarkAndTimeUpEndsAndScoresWhatIsOpen)
   EXPECT_EQ(after->state(), "time-up");
   EXPECT_EQ(after->remaining_ms(), 0);
   EXPECT_EQ(after->total(), 0) << "a candidate reads no score";
+  ASSERT_EQ(after->items_size(), 2);
+  EXPECT_EQ(after->items(0).flags_size(), 0) << "nor what is flagged for review";
+  EXPECT_EQ(after->items(0).scored_points(), 0);
+  // The proctor's view of the same sitting: points and flags as signed.
+  v1::GetSittingRequest of_ada;
+  of_ada.set_exam_id("ops-1");
+  of_ada.set_candidate("ada");
+  auto seen = exams_->GetSitting(proctor_, of_ada);
+  ASSERT_TRUE(seen.ok()) << seen.status().message();
+  ASSERT_EQ(seen->items_size(), 2);
+  EXPECT_EQ(seen->items(0).scored_points(), 60);
+  ASSERT_EQ(seen->items(0).flags_size(), 1);
+  EXPECT_NE(seen->items(0).flags(0).find("not an accepted remediation"), std::string::npos);
+  EXPECT_EQ(seen->items(1).flags_size(), 0);
+  auto listed = exams_->List(proctor_);
+  ASSERT_TRUE(listed.ok()) << listed.status().message();
+  ASSERT_EQ(listed->size(), 1u);
+  ASSERT_EQ((*listed)[0].sittings_size(), 1);
+  EXPECT_EQ((*listed)[0].sittings(0).items(0).flags_size(), 1) << "the proctor's list carries the flags too";
   v1::OpenItemRequest late;
   late.set_item(2);
   EXPECT_EQ(exams_->OpenItem(ada, late).status().code(), StatusCode::kFailedPrecondition);

@@ -357,6 +357,12 @@ function itemCell(i) {
   return i.session_id ? link('#/s/' + encodeURIComponent(i.session_id), text) : text;
 }
 
+// What a signed result asks an instructor to look at, item by item.
+function reviewLines(items) {
+  return items.flatMap((i) => (i.flags || []).map((f) => el('div', {'data-review': String(i.index),
+                                                                     text: 'item ' + i.index + ': ' + f})));
+}
+
 // The proctor's view: every candidate's sitting of the exams this token
 // proctors, with the time each has left.
 function examsView() {
@@ -370,13 +376,14 @@ function examsView() {
     wrap.replaceChildren(...exams.map((x) => el('div', {class: 'card', 'data-exam': x.exam_id},
         el('h2', {text: x.title + ' (' + x.exam_id + '): ' + num(x.items) + ' items, ' + num(x.time_limit_min) +
                         ' min, pass mark ' + num(x.pass_mark) + '%'}),
-        table(['candidate', 'sitting', 'state', 'time left', 'items', 'result', 'warnings'],
+        table(['candidate', 'sitting', 'state', 'time left', 'items', 'result', 'for review', 'warnings'],
               (x.sittings || []).map((s) => el('tr', {'data-candidate': s.candidate},
                   el('td', {text: s.candidate}), el('td', {text: String(s.sitting)}),
                   el('td', {class: 'state', text: s.state}), el('td', {text: timeLeft(s, at)}),
                   el('td', {}, ...(s.items || []).flatMap((i, k) => (k ? [', ', itemCell(i)] : [itemCell(i)]))),
                   el('td', {text: num(s.max_total) > 0 ? num(s.total) + ' / ' + num(s.max_total) +
                                                              (s.passed ? ' pass' : ' fail') : ''}),
+                  el('td', {class: 'flag'}, ...reviewLines(s.items || [])),
                   el('td', {text: (s.warnings || []).slice(-1).join('')})))))));
   };
   const es = stream('/api/exams/events', '/api/exams', {exams: (x) => { got = x; at = Date.now(); render(); }});
