@@ -129,11 +129,6 @@ double MedianStepMs(cli::DrillClient& c, const std::string& id, int64_t from_ms,
   return ms.empty() ? 0 : Median(ms);
 }
 
-// The controller's RSS every minute for `minutes` (minute 0 first), into
-// `rss`; follows the drill to a new session when its time runs out.
-void SampleRss(const char* what, int minutes, pid_t pid, cli::DrillClient& c, StatusOr<std::string>& id,
-               const std::string& scenario, int64_t& next_seed, Load* load, std::vector<long>& rss);
-
 StatusOr<std::string> StartRunning(cli::DrillClient& c, const std::string& scenario, int64_t seed) {
   auto info = c.StartSession(scenario, seed);
   if (!info.ok()) return info.status();
@@ -150,6 +145,39 @@ StatusOr<std::string> StartRunning(cli::DrillClient& c, const std::string& scena
 bool Live(cli::DrillClient& c, const std::string& id) {
   auto st = c.GetStatus(id);
   return st.ok() && st->session().state() == "running";
+}
+
+// The controller's RSS every minute for `minutes` (minute 0 first), with
+// the load on (`load`) or off (null); follows the drill to a new session
+// when its time runs out.
+void SampleRss(const char* what, int minutes, pid_t pid, cli::DrillClient& c, StatusOr<std::string>& id,
+               const std::string& scenario, int64_t& next_seed, Load* load) {
+  std::vector<long> rss;
+  std::printf("%s: %d min %s; controller RSS (MiB) every minute:\n", what, minutes,
+              load ? "of the same load" : "without the load, the session running");
+  for (int m = 0; m <= minutes; ++m) {
+    if (m > 0) std::this_thread::sleep_for(std::chrono::minutes(1));
+    if (!Live(c, *id)) {  // a drill's time runs out: follow a new one
+      (void)c.EndSession(*id, std::chrono::seconds(60));
+      if (load) load->Stop();
+      id = StartRunning(c, scenario, next_seed++);
+      if (!id.ok()) break;
+      if (load) {
+        load->SetSession(*id);
+        load->Start();
+      }
+    }
+    rss.push_back(RssKb(pid));
+    std::printf("  minute %2d: %.1f MiB\n", m, rss.back() / 1024.0);
+    std::fflush(stdout);
+  }
+  if (rss.size() >= 3) {
+    const auto [lo, hi] = std::minmax_element(rss.begin() + 1, rss.end());
+    std::printf(
+        "%s: RSS minute 1 %.1f MiB, minute %zu %.1f MiB (%+.1f%%), range after minute 0 %.1f-%.1f MiB\n",
+        what, rss[1] / 1024.0, rss.size() - 1, rss.back() / 1024.0, (double(rss.back()) / rss[1] - 1) * 100,
+        *lo / 1024.0, *hi / 1024.0);
+  }
 }
 
 }  // namespace
@@ -231,14 +259,12 @@ int main(int argc, char** argv) {
 
   int64_t next_seed = seed + 1;
   if (quiet_minutes > 0 && id.ok()) {
-    std::vector<long> rss;
-    SampleRss("quiet", quiet_minutes, ctl.pid(), c, id, scenario, next_seed, nullptr, rss);
+    SampleRss("quiet", quiet_minutes, ctl.pid(), c, id, scenario, next_seed, nullptr);
   }
   if (soak_minutes > 0 && id.ok()) {
     const uint64_t scrapes0 = load.scrapes(), failures0 = load.failures();
     load.Start();
-    std::vector<long> rss;
-    SampleRss("soak", soak_minutes, ctl.pid(), c, id, scenario, next_seed, &load, rss);
+    SampleRss("soak", soak_minutes, ctl.pid(), c, id, scenario, next_seed, &load);
     load.Stop();
     std::printf("soak: %llu scrapes, %llu failures\n",
                 static_cast<unsigned long long>(load.scrapes() - scrapes0),
@@ -247,36 +273,3 @@ int main(int argc, char** argv) {
   if (id.ok()) (void)c.EndSession(*id, std::chrono::seconds(60));
   return 0;
 }
-
-namespace {
-
-void SampleRss(const char* what, int minutes, pid_t pid, cli::DrillClient& c, StatusOr<std::string>& id,
-               const std::string& scenario, int64_t& next_seed, Load* load, std::vector<long>& rss) {
-  std::printf("%s: %d min %s; controller RSS (MiB) every minute:\n", what, minutes,
-              load ? "of the same load" : "without the load, the session running");
-  for (int m = 0; m <= minutes; ++m) {
-    if (m > 0) std::this_thread::sleep_for(std::chrono::minutes(1));
-    if (!Live(c, *id)) {  // a drill's time runs out: follow a new one
-      (void)c.EndSession(*id, std::chrono::seconds(60));
-      if (load) load->Stop();
-      id = StartRunning(c, scenario, next_seed++);
-      if (!id.ok()) break;
-      if (load) {
-        load->SetSession(*id);
-        load->Start();
-      }
-    }
-    rss.push_back(RssKb(pid));
-    std::printf("  minute %2d: %.1f MiB\n", m, rss.back() / 1024.0);
-    std::fflush(stdout);
-  }
-  if (rss.size() >= 3) {
-    const auto [lo, hi] = std::minmax_element(rss.begin() + 1, rss.end());
-    std::printf(
-        "%s: RSS minute 1 %.1f MiB, minute %zu %.1f MiB (%+.1f%%), range after minute 0 %.1f-%.1f MiB\n",
-        what, rss[1] / 1024.0, rss.size() - 1, rss.back() / 1024.0, (double(rss.back()) / rss[1] - 1) * 100,
-        *lo / 1024.0, *hi / 1024.0);
-  }
-}
-
-}  // namespace

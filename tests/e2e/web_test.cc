@@ -44,6 +44,14 @@ int PromtoolCheck(const std::string& text, const std::string& dir, std::string* 
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
+// A token for a learner who started nothing.
+StatusOr<v1::IssueTokenResponse> IssueLearner(cli::DrillClient& c, const std::string& name) {
+  v1::IssueTokenRequest req;
+  req.set_name(name);
+  req.add_roles("learner");
+  return c.IssueToken(req);
+}
+
 class WebTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -139,10 +147,7 @@ TEST_F(WebTest, MetricsOfARunningDrillAgreeWithStatusAndStreamUpdates) {
   EXPECT_NE(got.substr(first, second - first), got.substr(second, got.find("\n\n", second) - second));
 
   // A learner who did not start it: no series, no status, no stream.
-  v1::IssueTokenRequest req;
-  req.set_name("other-learner");
-  req.add_roles("learner");
-  auto other = c.IssueToken(req);
+  auto other = IssueLearner(c, "other-learner");
   ASSERT_TRUE(other.ok()) << other.status().message();
   th::Reply theirs = th::Get(http_, "/metrics", other->token());
   EXPECT_EQ(theirs.status, 200);
@@ -224,10 +229,7 @@ TEST_F(WebTest, TheDashboardShowsEveryRankAndFollowsTheJobInARealBrowser) {
 
   // Another learner's browser: the list holds nothing of it and its page is
   // refused, charting nothing (what a candidate beside a drill sees too).
-  v1::IssueTokenRequest req;
-  req.set_name("other-learner");
-  req.add_roles("learner");
-  auto other = c.IssueToken(req);
+  auto other = IssueLearner(c, "other-learner");
   ASSERT_TRUE(other.ok()) << other.status().message();
   th::Reply other_link = th::Request(http_, "POST", "/api/login-link?next=%2F%23%2F",
                                      "Authorization: Bearer " + other->token() + "\r\n");
